@@ -1,0 +1,41 @@
+/* The few Lua 5.1 / LuaJIT shims the core needs, keyed on LUA_VERSION_NUM. */
+#ifndef REDLOCK_COMPAT_H
+#define REDLOCK_COMPAT_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#if LUA_VERSION_NUM < 502
+/* LuaJIT 2.1 already provides these two; plain 5.1 does not. */
+#if !defined(LUAJIT_VERSION_NUM) || LUAJIT_VERSION_NUM < 20100
+#define luaL_setfuncs redlock_setfuncs
+static void redlock_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
+    luaL_checkstack(L, nup + 1, "too many upvalues");
+    for (; l->name != NULL; l++) {
+        int i;
+        for (i = 0; i < nup; i++)
+            lua_pushvalue(L, -nup);
+        lua_pushcclosure(L, l->func, nup);
+        lua_setfield(L, -(nup + 2), l->name);
+    }
+    lua_pop(L, nup);
+}
+#define luaL_testudata redlock_testudata
+static void *redlock_testudata(lua_State *L, int ud, const char *tname) {
+    void *p = lua_touserdata(L, ud);
+    if (p != NULL && lua_getmetatable(L, ud)) {
+        luaL_getmetatable(L, tname);
+        if (!lua_rawequal(L, -1, -2))
+            p = NULL;
+        lua_pop(L, 2);
+        return p;
+    }
+    return NULL;
+}
+#endif
+#define luaL_newlibtable(L, l) lua_createtable(L, 0, sizeof(l) / sizeof((l)[0]) - 1)
+#define luaL_newlib(L, l) (luaL_newlibtable(L, l), luaL_setfuncs(L, l, 0))
+#define lua_rawlen(L, i) lua_objlen(L, i)
+#endif
+
+#endif

@@ -1,0 +1,446 @@
+/* The connection userdata: one hiredis redisContext to one Redis server,
+ * connected lazily, with AUTH and SELECT replayed on every (re)connect.
+ *
+ * conn:command(...)          -> reply | nil, msg, code, stale
+ * conn:eval(name, nkeys, ...)-> reply | nil, msg, code, stale
+ * Errors: code "connection" (could not connect, lost, timed out) or
+ * "server" (Redis answered with an error). `stale` is true when the failure
+ * came from a connection made before this call that the server had dropped
+ * (not a timeout): the caller may retry once on a fresh connection.
+ * Messages start with the code word and name the server, never a password. */
+#define _GNU_SOURCE
+#include "conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+
+#include "proto.h"
+#include "reply.h"
+#include "scripts.h"
+
+#define ERRLEN 512
+
+typedef struct {
+    redisContext *ctx;
+    char *host, *path, *username, *password;
+    int port, db;
+    int connect_timeout_ms, timeout_ms;
+    int closed;
+    char name[128];
+    char err[ERRLEN];
+} conn_ud;
+
+enum { OK = 0, E_CONNECTION, E_SERVER };
+
+static const char *const code_words[] = {"", "connection", "server"};
+
+static void free_ctx(conn_ud *u) {
+    if (u->ctx != NULL) {
+        redisFree(u->ctx);
+        u->ctx = NULL;
+    }
+}
+
+static void wipe_free(char **p) {
+    if (*p != NULL) {
+        /* volatile so the compiler keeps the wipe of a freed secret */
+        volatile char *q = *p;
+        while (*q)
+            *q++ = '\0';
+        free(*p);
+        *p = NULL;
+    }
+}
+
+static void conn_destroy(conn_ud *u) {
+    free_ctx(u);
+    free(u->host);
+    u->host = NULL;
+    free(u->path);
+    u->path = NULL;
+    free(u->username);
+    u->username = NULL;
+    wipe_free(&u->password);
+    u->closed = 1;
+}
+
+static struct timeval ms_to_tv(int ms) {
+    struct timeval tv;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    return tv;
+}
+
+/* Describes the context's I/O error in u->err; 1 if it was a timeout. */
+static int io_error(conn_ud *u, int saved_errno, const char *doing) {
+    int timed_out = u->ctx != NULL && u->ctx->err == REDIS_ERR_IO &&
+                    (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                     saved_errno == ETIMEDOUT);
+    if (timed_out)
+        snprintf(u->err, ERRLEN, "connection: %s: timed out after %d ms %s",
+                 u->name, u->timeout_ms, doing);
+    else
+        snprintf(u->err, ERRLEN, "connection: %s: lost the connection %s (%s)",
+                 u->name, doing, u->ctx ? u->ctx->errstr : "no context");
+    return timed_out;
+}
+
+/* Runs one command on a fresh context during connect (AUTH, SELECT). */
+static int setup_command(conn_ud *u, int argc, const char **argv, const char *what) {
+    redisReply *r = redisCommandArgv(u->ctx, argc, argv, NULL);
+    int rc = OK;
+    if (r == NULL) {
+        io_error(u, errno, what);
+        return E_CONNECTION;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(u->err, ERRLEN, "server: %s: %s failed: %.*s", u->name, what,
+                 (int)(r->len > 160 ? 160 : r->len), r->str);
+        rc = E_SERVER;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int conn_connect(conn_ud *u) {
+    struct timeval ctv = ms_to_tv(u->connect_timeout_ms);
+    int rc;
+    free_ctx(u);
+    if (u->path != NULL)
+        u->ctx = redisConnectUnixWithTimeout(u->path, ctv);
+    else
+        u->ctx = redisConnectWithTimeout(u->host, u->port, ctv);
+    if (u->ctx == NULL) {
+        snprintf(u->err, ERRLEN, "connection: %s: could not connect (out of memory)", u->name);
+        return E_CONNECTION;
+    }
+    if (u->ctx->err) {
+        if (strstr(u->ctx->errstr, "timed out") != NULL)
+            snprintf(u->err, ERRLEN, "connection: %s: could not connect (timed out after %d ms)",
+                     u->name, u->connect_timeout_ms);
+        else
+            snprintf(u->err, ERRLEN, "connection: %s: could not connect (%s)", u->name,
+                     u->ctx->errstr);
+        free_ctx(u);
+        return E_CONNECTION;
+    }
+    if (u->timeout_ms > 0 && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK) {
+        snprintf(u->err, ERRLEN, "connection: %s: could not set the timeout (%s)", u->name,
+                 u->ctx->errstr);
+        free_ctx(u);
+        return E_CONNECTION;
+    }
+    if (u->password != NULL) {
+        const char *argv[3] = {"AUTH", u->username, u->password};
+        if (u->username == NULL) {
+            argv[1] = u->password;
+            rc = setup_command(u, 2, argv, "AUTH");
+        } else {
+            rc = setup_command(u, 3, argv, "AUTH");
+        }
+        if (rc != OK) {
+            free_ctx(u);
+            return rc;
+        }
+    }
+    if (u->db != 0) {
+        char db[24];
+        const char *argv[2] = {"SELECT", db};
+        snprintf(db, sizeof db, "%d", u->db);
+        rc = setup_command(u, 2, argv, "SELECT");
+        if (rc != OK) {
+            free_ctx(u);
+            return rc;
+        }
+    }
+    return OK;
+}
+
+/* Writes the output buffer with MSG_NOSIGNAL: hiredis 0.14 uses write(),
+ * which raises SIGPIPE on a dropped connection and kills a host that did not
+ * ignore it. Returns 0, or -1 with errno set. */
+static int flush_obuf(redisContext *c) {
+    while (sdslen(c->obuf) > 0) {
+        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            c->err = REDIS_ERR_IO;
+            snprintf(c->errstr, sizeof c->errstr, "%s", strerror(errno));
+            return -1;
+        }
+        sdsrange(c->obuf, (int)n, -1);
+    }
+    return 0;
+}
+
+/* One round trip. On failure u->err holds the message, the context is
+ * dropped (the next call reconnects), and *stale says whether a retry on a
+ * fresh connection is sensible. */
+static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                      redisReply **out, int *stale) {
+    int reused = u->ctx != NULL, saved, timed_out;
+    void *reply = NULL;
+    *out = NULL;
+    *stale = 0;
+    if (u->ctx == NULL) {
+        int rc = conn_connect(u);
+        if (rc != OK)
+            return rc;
+    }
+    if (redisAppendCommandArgv(u->ctx, argc, argv, argvlen) != REDIS_OK) {
+        snprintf(u->err, ERRLEN, "connection: %s: could not encode the command (%s)", u->name,
+                 u->ctx->errstr);
+        free_ctx(u);
+        return E_CONNECTION;
+    }
+    if (flush_obuf(u->ctx) != 0 || redisGetReply(u->ctx, &reply) != REDIS_OK) {
+        saved = errno;
+        timed_out = io_error(u, saved, "waiting for a reply");
+        *stale = reused && !timed_out;
+        free_ctx(u);
+        return E_CONNECTION;
+    }
+    *out = (redisReply *)reply;
+    return OK;
+}
+
+static conn_ud *check_conn(lua_State *L) {
+    return (conn_ud *)luaL_checkudata(L, 1, REDLOCK_CONN_MT);
+}
+
+static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
+    lua_pushnil(L);
+    lua_pushstring(L, u->err);
+    lua_pushstring(L, code_words[code]);
+    lua_pushboolean(L, stale);
+    return 4;
+}
+
+static int push_closed(lua_State *L) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed: the connection is closed");
+    lua_pushliteral(L, "closed");
+    return 3;
+}
+
+/* Pushes the outcome of a round trip. A top-level error reply gets a message
+ * that starts with "server:" and names the server. */
+static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply *r) {
+    if (rc != OK)
+        return push_failure(L, u, rc, stale);
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
+                 (int)(r->len > 200 ? 200 : r->len), r->str);
+        freeReplyObject(r);
+        return push_failure(L, u, E_SERVER, 0);
+    }
+    return redlock_push_reply_free(L, r);
+}
+
+/* conn:command(arg, ...) */
+static int conn_command(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    int argc = redlock_check_argv(L, 2, lua_gettop(L)), rc, stale;
+    const char **argv;
+    size_t *argvlen;
+    redisReply *r = NULL;
+    if (u->closed)
+        return push_closed(L);
+    if (redlock_argv_alloc(L, 2, argc, 0, &argv, &argvlen) != 0)
+        return luaL_error(L, "out of memory");
+    rc = round_trip(u, argc, argv, argvlen, &r, &stale);
+    free((void *)argv);
+    free(argvlen);
+    return push_outcome(L, u, rc, stale, r);
+}
+
+static int is_noscript(const redisReply *r) {
+    return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
+ * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL,
+ * which also loads it again for the next EVALSHA. */
+static int conn_eval(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
+    int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
+    const char **argv;
+    size_t *argvlen;
+    redisReply *r = NULL;
+    if (s == NULL)
+        return luaL_argerror(L, 2, "unknown script");
+    if (nkeys < 0 || nkeys > top - 3)
+        return luaL_argerror(L, 3, "numkeys out of range");
+    argc = redlock_check_argv(L, 3, top); /* numkeys, keys and args */
+    if (u->closed)
+        return push_closed(L);
+    if (redlock_argv_alloc(L, 3, argc, 2, &argv, &argvlen) != 0)
+        return luaL_error(L, "out of memory");
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = s->sha;
+    argvlen[1] = 40;
+    rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
+    if (rc == OK && is_noscript(r)) {
+        freeReplyObject(r);
+        r = NULL;
+        argv[0] = "EVAL";
+        argvlen[0] = 4;
+        argv[1] = s->source;
+        argvlen[1] = strlen(s->source);
+        rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
+    }
+    free((void *)argv);
+    free(argvlen);
+    return push_outcome(L, u, rc, stale, r);
+}
+
+static int conn_close(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    conn_destroy(u);
+    return 0;
+}
+
+/* conn:connected() -> whether a socket is open now (no I/O is done). */
+static int conn_connected(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    lua_pushboolean(L, u->ctx != NULL);
+    return 1;
+}
+
+static int conn_name(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    lua_pushstring(L, u->name);
+    return 1;
+}
+
+static int conn_tostring(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    if (u->closed)
+        lua_pushliteral(L, "redlock.conn (closed)");
+    else
+        lua_pushfstring(L, "redlock.conn (%s)", u->name);
+    return 1;
+}
+
+static char *opt_string(lua_State *L, int t, const char *field, int required) {
+    const char *s;
+    lua_getfield(L, t, field);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        if (required)
+            luaL_error(L, "bad option '%s' to 'conn' (string expected, got nil)", field);
+        return NULL;
+    }
+    if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "bad option '%s' to 'conn' (string expected, got %s)", field,
+                   luaL_typename(L, -1));
+    s = lua_tostring(L, -1);
+    lua_pop(L, 1); /* the string stays alive: it is still in the options table */
+    return (char *)s;
+}
+
+static int opt_int(lua_State *L, int t, const char *field, int dflt, int lo, int hi) {
+    lua_Number n;
+    lua_getfield(L, t, field);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return dflt;
+    }
+    if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_error(L, "bad option '%s' to 'conn' (number expected, got %s)", field,
+                   luaL_typename(L, -1));
+    n = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (!(n >= lo && n <= hi) || n != (lua_Number)(int)n)
+        luaL_error(L, "bad option '%s' to 'conn' (integer from %d to %d expected)", field, lo, hi);
+    return (int)n;
+}
+
+static char *dup_or_null(lua_State *L, const char *s) {
+    char *d;
+    if (s == NULL)
+        return NULL;
+    d = strdup(s);
+    if (d == NULL)
+        luaL_error(L, "out of memory"); /* the userdata owns what is copied so far */
+    return d;
+}
+
+/* conn{host=, port=, path=, username=, password=, db=, connect_timeout=,
+ * timeout=} -> an unconnected conn. Checks everything before allocating. */
+static int conn_new(lua_State *L) {
+    const char *host, *path, *username, *password;
+    int port, db, cto, to;
+    conn_ud *u;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    path = opt_string(L, 1, "path", 0);
+    host = path ? NULL : opt_string(L, 1, "host", 1);
+    username = opt_string(L, 1, "username", 0);
+    password = opt_string(L, 1, "password", 0);
+    port = opt_int(L, 1, "port", 6379, 1, 65535);
+    db = opt_int(L, 1, "db", 0, 0, 1 << 20);
+    cto = opt_int(L, 1, "connect_timeout", 1000, 1, 86400000);
+    to = opt_int(L, 1, "timeout", 1000, 0, 86400000);
+    if (username != NULL && password == NULL)
+        return luaL_error(L, "bad option 'username' to 'conn' (needs a password)");
+
+    u = (conn_ud *)lua_newuserdata(L, sizeof *u);
+    memset(u, 0, sizeof *u);
+    luaL_getmetatable(L, REDLOCK_CONN_MT);
+    lua_setmetatable(L, -2);
+    u->port = port;
+    u->db = db;
+    u->connect_timeout_ms = cto;
+    u->timeout_ms = to;
+    if (path != NULL)
+        snprintf(u->name, sizeof u->name, "unix:%s", path);
+    else if (strchr(host, ':') != NULL)
+        snprintf(u->name, sizeof u->name, "[%s]:%d", host, port);
+    else
+        snprintf(u->name, sizeof u->name, "%s:%d", host, port);
+    u->host = dup_or_null(L, host);
+    u->path = dup_or_null(L, path);
+    u->username = dup_or_null(L, username);
+    u->password = dup_or_null(L, password);
+    return 1;
+}
+
+static int conn_gc(lua_State *L) {
+    conn_destroy(check_conn(L));
+    return 0;
+}
+
+void redlock_conn_open(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"command", conn_command},
+        {"eval", conn_eval},
+        {"close", conn_close},
+        {"connected", conn_connected},
+        {"name", conn_name},
+        {NULL, NULL},
+    };
+    static const luaL_Reg meta[] = {
+        {"__gc", conn_gc},
+        {"__close", conn_gc},
+        {"__tostring", conn_tostring},
+        {NULL, NULL},
+    };
+    if (luaL_newmetatable(L, REDLOCK_CONN_MT)) {
+        luaL_setfuncs(L, meta, 0);
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, conn_new);
+    lua_setfield(L, -2, "conn");
+}

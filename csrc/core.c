@@ -1,0 +1,105 @@
+/* redlock.core: the C side of redlock. Mechanism only (connections,
+ * protocol, tokens, scripts, clocks); policy lives in lua/redlock*.lua.
+ * luaopen_redlock_core is the only exported symbol. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "compat.h"
+#include "conn.h"
+#include "proto.h"
+#include "reply.h"
+#include "scripts.h"
+#include "token.h"
+
+/* token() -> 32 lowercase hex chars of 128 random bits from the OS */
+static int core_token(lua_State *L) {
+    char hex[REDLOCK_TOKEN_HEX + 1];
+    int err = redlock_token_hex(hex);
+    if (err != 0)
+        return luaL_error(L, "no random bytes from the OS: %s", strerror(err));
+    lua_pushlstring(L, hex, REDLOCK_TOKEN_HEX);
+    return 1;
+}
+
+/* random_bytes(n) -> n bytes from the OS random source (n <= 1024) */
+static int core_random_bytes(lua_State *L) {
+    unsigned char buf[1024];
+    lua_Integer n = luaL_checkinteger(L, 1);
+    int err;
+    luaL_argcheck(L, n >= 1 && n <= (lua_Integer)sizeof buf, 1, "out of range (1 to 1024)");
+    err = redlock_random_bytes(buf, (size_t)n);
+    if (err != 0)
+        return luaL_error(L, "no random bytes from the OS: %s", strerror(err));
+    lua_pushlstring(L, (const char *)buf, (size_t)n);
+    return 1;
+}
+
+static double clock_ms(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* now() -> ms on the monotonic clock (for elapsed times and validity) */
+static int core_now(lua_State *L) {
+    lua_pushnumber(L, clock_ms(CLOCK_MONOTONIC));
+    return 1;
+}
+
+/* time() -> ms since the Unix epoch (legacy mode's stored expiries) */
+static int core_time(lua_State *L) {
+    lua_pushnumber(L, clock_ms(CLOCK_REALTIME));
+    return 1;
+}
+
+/* sleep(ms): sleeps the whole time even when signals interrupt it */
+static int core_sleep(lua_State *L) {
+    lua_Number ms = luaL_checknumber(L, 1);
+    struct timespec req, rem;
+    if (!(ms > 0))
+        return 0;
+    if (ms > 86400000)
+        ms = 86400000;
+    req.tv_sec = (time_t)(ms / 1000);
+    req.tv_nsec = (long)((ms - (lua_Number)req.tv_sec * 1000) * 1e6);
+    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
+        req = rem;
+    return 0;
+}
+
+static void push_scripts(lua_State *L) {
+    const redlock_script *s;
+    lua_newtable(L);
+    for (s = redlock_scripts(); s->name != NULL; s++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, s->source);
+        lua_setfield(L, -2, "source");
+        lua_pushstring(L, s->sha);
+        lua_setfield(L, -2, "sha");
+        lua_setfield(L, -2, s->name);
+    }
+}
+
+#if defined(__GNUC__)
+__attribute__((visibility("default")))
+#endif
+int luaopen_redlock_core(lua_State *L) {
+    static const luaL_Reg funcs[] = {
+        {"token", core_token},
+        {"random_bytes", core_random_bytes},
+        {"now", core_now},
+        {"time", core_time},
+        {"sleep", core_sleep},
+        {NULL, NULL},
+    };
+    luaL_newlib(L, funcs);
+    redlock_conn_open(L);
+    redlock_proto_open(L);
+    redlock_pushnull(L);
+    lua_setfield(L, -2, "null");
+    push_scripts(L);
+    lua_setfield(L, -2, "scripts");
+    return 1;
+}

@@ -1,0 +1,148 @@
+/* The protocol without a socket: command encoding and a reply reader, so
+ * that a host with its own sockets (nginx cosockets) speaks through the same
+ * code as hiredis' blocking connections. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "compat.h"
+#include "proto.h"
+#include "reply.h"
+
+#define READER_MT "redlock.reader"
+
+int redlock_check_argv(lua_State *L, int first, int last) {
+    int i;
+    if (last < first)
+        luaL_argerror(L, first, "command expected");
+    for (i = first; i <= last; i++) {
+        int t = lua_type(L, i);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER)
+            luaL_argerror(L, i, lua_pushfstring(L, "string expected, got %s",
+                                                luaL_typename(L, i)));
+        /* Numbers become strings now, so redlock_argv_alloc never allocates
+         * Lua memory (and so never raises) while it holds C memory. */
+        lua_tolstring(L, i, NULL);
+    }
+    return last - first + 1;
+}
+
+int redlock_argv_alloc(lua_State *L, int first, int argc, int prefix, const char ***argv,
+                       size_t **argvlen) {
+    int i;
+    *argv = malloc(sizeof(char *) * (size_t)(prefix + argc));
+    *argvlen = malloc(sizeof(size_t) * (size_t)(prefix + argc));
+    if (*argv == NULL || *argvlen == NULL) {
+        free((void *)*argv);
+        free(*argvlen);
+        return -1;
+    }
+    for (i = 0; i < argc; i++)
+        (*argv)[prefix + i] = lua_tolstring(L, first + i, &(*argvlen)[prefix + i]);
+    return 0;
+}
+
+/* encode(arg, ...) -> RESP bytes of one command */
+static int proto_encode(lua_State *L) {
+    int argc = redlock_check_argv(L, 1, lua_gettop(L)), len;
+    const char **argv;
+    size_t *argvlen;
+    char *out = NULL;
+    if (redlock_argv_alloc(L, 1, argc, 0, &argv, &argvlen) != 0)
+        return luaL_error(L, "out of memory");
+    len = redisFormatCommandArgv(&out, argc, argv, argvlen);
+    free((void *)argv);
+    free(argvlen);
+    if (len < 0 || out == NULL)
+        return luaL_error(L, "out of memory");
+    lua_pushlstring(L, out, (size_t)len);
+    free(out);
+    return 1;
+}
+
+typedef struct {
+    redisReader *reader;
+} reader_ud;
+
+static reader_ud *check_reader(lua_State *L) {
+    reader_ud *u = (reader_ud *)luaL_checkudata(L, 1, READER_MT);
+    if (u->reader == NULL)
+        luaL_argerror(L, 1, "reader is closed");
+    return u;
+}
+
+static int reader_new(lua_State *L) {
+    reader_ud *u = (reader_ud *)lua_newuserdata(L, sizeof *u);
+    u->reader = NULL;
+    luaL_getmetatable(L, READER_MT);
+    lua_setmetatable(L, -2);
+    u->reader = redisReaderCreate();
+    if (u->reader == NULL)
+        return luaL_error(L, "out of memory");
+    return 1;
+}
+
+/* reader:feed(bytes) -> true, or nil, message, "server" on a protocol error */
+static int reader_feed(lua_State *L) {
+    reader_ud *u = check_reader(L);
+    size_t len;
+    const char *s = luaL_checklstring(L, 2, &len);
+    if (redisReaderFeed(u->reader, s, len) != REDIS_OK) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "protocol error: %s", u->reader->errstr);
+        lua_pushliteral(L, "connection");
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* reader:get() -> false (need more bytes) | reply values | nil, msg, code */
+static int reader_get(lua_State *L) {
+    reader_ud *u = check_reader(L);
+    void *reply = NULL;
+    if (redisReaderGetReply(u->reader, &reply) != REDIS_OK) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "protocol error: %s", u->reader->errstr);
+        lua_pushliteral(L, "connection");
+        return 3;
+    }
+    if (reply == NULL) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    return redlock_push_reply_free(L, (redisReply *)reply);
+}
+
+static int reader_gc(lua_State *L) {
+    reader_ud *u = (reader_ud *)luaL_checkudata(L, 1, READER_MT);
+    if (u->reader != NULL) {
+        redisReaderFree(u->reader);
+        u->reader = NULL;
+    }
+    return 0;
+}
+
+static int reader_tostring(lua_State *L) {
+    reader_ud *u = (reader_ud *)luaL_checkudata(L, 1, READER_MT);
+    lua_pushstring(L, u->reader ? "redlock.reader" : "redlock.reader (closed)");
+    return 1;
+}
+
+void redlock_proto_open(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"feed", reader_feed}, {"get", reader_get}, {"close", reader_gc}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {
+        {"__gc", reader_gc}, {"__close", reader_gc}, {"__tostring", reader_tostring}, {NULL, NULL}};
+    if (luaL_newmetatable(L, READER_MT)) {
+        luaL_setfuncs(L, meta, 0);
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, proto_encode);
+    lua_setfield(L, -2, "encode");
+    lua_pushcfunction(L, reader_new);
+    lua_setfield(L, -2, "reader");
+}

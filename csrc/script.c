@@ -1,0 +1,30 @@
+/* Script registry: texts from scripts.h, named by SHA-1 for EVALSHA. */
+#include "scripts.h"
+
+#include <string.h>
+
+#include "sha1.h"
+
+static redlock_script scripts[] = {
+    {"acquire", REDLOCK_SCRIPT_ACQUIRE, ""},
+    {"release", REDLOCK_SCRIPT_RELEASE, ""},
+    {"extend", REDLOCK_SCRIPT_EXTEND, ""},
+    {"status", REDLOCK_SCRIPT_STATUS, ""},
+    {NULL, NULL, ""},
+};
+
+redlock_script *redlock_scripts(void) {
+    redlock_script *s;
+    for (s = scripts; s->name != NULL; s++)
+        if (s->sha[0] == '\0')
+            redlock_sha1_hex(s->source, strlen(s->source), s->sha);
+    return scripts;
+}
+
+const redlock_script *redlock_script_find(const char *name) {
+    redlock_script *s;
+    for (s = redlock_scripts(); s->name != NULL; s++)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}

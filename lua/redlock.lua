@@ -1,0 +1,278 @@
+--- redlock: Redis distributed locks for Lua.
+--
+--    local redlock = require "redlock"
+--    local client = redlock.new{ servers = { "redis://127.0.0.1:6379" } }
+--    local ok, err = client:with_lock("job:nightly", function(lock)
+--        -- only one holder at a time runs this
+--    end)
+--
+-- Misuse (wrong types, bad options) raises. Run-time outcomes return
+-- `nil, message, code`, code one of: locked, timeout, not owner, no quorum,
+-- connection, server, closed; the message starts with the code word.
+-- @module redlock
+local core = require "redlock.core"
+local options = require "redlock.options"
+local server_mod = require "redlock.server"
+local single = require "redlock.single"
+local util = require "redlock.util"
+
+local now, sleep, new_token = core.now, core.sleep, core.token
+local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, util.unpack
+local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
+local format, floor, max = string.format, math.floor, math.max
+
+local _M = {
+    --- Version of this module, "MAJOR.MINOR.PATCH".
+    VERSION = "0.1.0",
+    --- The Redis nil, a NULL light userdata (the same value as ngx.null).
+    null = core.null,
+}
+
+--- A fresh lock token: 32 lowercase hex chars of 128 bits from the OS.
+-- @treturn string
+function _M.token() return new_token() end
+
+local Client = {}
+Client.__index = Client
+local Lock = {}
+Lock.__index = Lock
+
+local CLOSED_MSG = "closed: the client is closed"
+
+local function closed() return nil, CLOSED_MSG, "closed" end
+
+local function check_key(fname, key)
+    if type(key) ~= "string" then
+        error(format("bad argument #1 to '%s' (string expected, got %s)", fname, type(key)), 3)
+    end
+    if key == "" then
+        error(format("bad argument #1 to '%s' (non-empty string expected)", fname), 3)
+    end
+end
+
+-- The validity a lock has left after `ttl` counted from t0 (taken before the
+-- request was sent): ttl less the drift allowance, as in Redlock.
+local function expiry(client, t0, ttl)
+    return t0 + ttl - (ttl * client.drift_factor + 2)
+end
+
+--- Makes a client. Raises on bad options; connects lazily.
+-- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
+--   drift_factor, mode, connect_timeout, timeout (see README)
+-- @treturn Client
+function _M.new(opts)
+    if opts ~= nil and type(opts) ~= "table" then
+        error(format("bad argument #1 to 'new' (table expected, got %s)", type(opts)), 2)
+    end
+    opts = opts or {}
+    local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
+    local specs = options.servers(opts.servers)
+    local servers = {}
+    for i, spec in ipairs(specs) do
+        spec.connect_timeout = spec.connect_timeout or o.connect_timeout
+        spec.timeout = spec.timeout or o.timeout
+        servers[i] = server_mod.new(spec, o.mode)
+    end
+    o.servers = nil
+    return setmetatable({
+        opts = o,
+        servers = servers,
+        drift_factor = o.drift_factor,
+        strategy = single,
+        closed = false,
+    }, Client)
+end
+
+local function call_opts(client, fname, opts)
+    if opts == nil then return client.opts end
+    return options.check(fname, opts, client.opts, options.CALL)
+end
+
+local function new_lock(client, key, token, fence, ttl, t0)
+    return setmetatable({
+        key = key,
+        token = token,
+        fence = fence,
+        client = client,
+        ttl = ttl,
+        expires = expiry(client, t0, ttl),
+        released = false,
+    }, Lock)
+end
+
+-- One attempt, or attempts until `wait` ms have passed. Sleeps between
+-- attempts retry_delay plus jitter, but never past the holder's expiry
+-- (the reply's pttl) nor past the deadline.
+local function acquire(client, key, o, wait)
+    local strategy, ttl = client.strategy, o.ttl
+    local token = new_token()
+    local deadline = now() + wait
+    while true do
+        local t0 = now()
+        local ok, v, where = strategy.acquire(client, key, token, ttl)
+        if ok then return new_lock(client, key, token, v, ttl, t0) end
+        if ok == nil then
+            return nil, format("%s (acquiring %s)", v, show_key(key)), where
+        end
+        local left = deadline - now()
+        if left <= 0 then
+            if wait == 0 then
+                return nil, format("locked: %s is held by another owner on %s (expires in %s)",
+                    show_key(key), where, v >= 0 and format("%d ms", v) or "never: no ttl"), "locked"
+            end
+            return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
+                wait, show_key(key), where), "timeout"
+        end
+        local delay = o.retry_delay + jitter(o.retry_jitter)
+        if v >= 0 and v + 1 < delay then delay = v + 1 end
+        if delay > left then delay = left end
+        sleep(delay)
+    end
+end
+
+--- Takes the lock on `key`, waiting up to `opts.wait` ms.
+-- @tparam string key
+-- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter
+-- @treturn Lock|nil the lock, or nil, message, code
+--   (timeout, locked when wait is 0, connection, server, closed, no quorum)
+function Client:acquire(key, opts)
+    check_key("acquire", key)
+    local o = call_opts(self, "acquire", opts)
+    if self.closed then return closed() end
+    return acquire(self, key, o, o.wait)
+end
+
+--- Exactly one attempt to take the lock on `key` (opts.wait is ignored).
+-- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
+function Client:try_acquire(key, opts)
+    check_key("try_acquire", key)
+    local o = call_opts(self, "try_acquire", opts)
+    if self.closed then return closed() end
+    return acquire(self, key, o, 0)
+end
+
+local function callable(f)
+    if type(f) == "function" then return true end
+    local mt = type(f) == "table" and getmetatable(f)
+    return mt and mt.__call ~= nil
+end
+
+--- Runs `fn(lock)` while holding the lock on `key`, then releases it.
+-- Returns true and every result of fn; nil, message, code when the lock
+-- could not be taken (fn is not called) or was lost before the release
+-- ("not owner"). If fn raises, the lock is released and the same error
+-- value is raised again.
+-- @tparam string key
+-- @tparam[opt] table opts as for acquire
+-- @tparam function fn
+function Client:with_lock(key, opts, fn)
+    if fn == nil and callable(opts) then opts, fn = nil, opts end
+    check_key("with_lock", key)
+    if not callable(fn) then
+        error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
+            opts == nil and 2 or 3, type(fn)), 2)
+    end
+    local o = call_opts(self, "with_lock", opts)
+    if self.closed then return closed() end
+    local lock, err, code = acquire(self, key, o, o.wait)
+    if not lock then return nil, err, code end
+    local result = pack(pcall(fn, lock))
+    local released, rerr, rcode = lock:release()
+    if not result[1] then error(result[2], 0) end
+    if not released then return nil, rerr, rcode end
+    result[1] = true
+    return unpack(result)
+end
+
+--- Closes every connection. Idempotent; afterwards every call returns
+-- nil, "closed: ...", "closed".
+function Client:close()
+    if self.closed then return true end
+    self.closed = true
+    for _, server in ipairs(self.servers) do server:close() end
+    return true
+end
+
+Client.__close = Client.close
+
+function Client:__tostring()
+    if self.closed then return "redlock.client (closed)" end
+    local names = {}
+    for i, server in ipairs(self.servers) do names[i] = server.name end
+    return "redlock.client (" .. table.concat(names, ", ") .. ")"
+end
+
+--- Lock handle.
+-- @type Lock
+
+--- Milliseconds of validity left, as this client knows it: counted from
+-- before the acquire (or last extend) request was sent, less the drift
+-- allowance. Never below 0.
+function Lock:remaining()
+    if self.released then return 0 end
+    return max(0, floor(self.expires - now()))
+end
+
+local function not_owner(lock, where, how)
+    return nil, format("not owner: %s is no longer held by this lock on %s (%s)",
+        show_key(lock.key), where, how), "not owner"
+end
+
+--- Extends the lock to `ttl` ms from now (default: the ttl it was taken
+-- with), only if this lock still holds it.
+-- @treturn true|nil true, or nil, message, code (not owner, connection, ...)
+function Lock:extend(ttl)
+    if ttl ~= nil then
+        options.checks.positive_integer("extend", "ttl", ttl)
+    end
+    ttl = ttl or self.ttl
+    local client = self.client
+    if client.closed then return closed() end
+    if self.released then return not_owner(self, "this client", "already released") end
+    local t0 = now()
+    local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl)
+    if ok then
+        self.expires = expiry(client, t0, ttl)
+        self.ttl = ttl
+        return true
+    end
+    if ok == false then
+        self.expires = 0
+        return not_owner(self, where, "it expired or was taken over")
+    end
+    return nil, format("%s (extending %s)", where, show_key(self.key)), code
+end
+
+--- Releases the lock if this lock still holds it. Releasing a lock already
+-- released, expired or taken over returns nil, "not owner: ...".
+-- @treturn true|nil true, or nil, message, code
+function Lock:release()
+    local client = self.client
+    if client.closed then return closed() end
+    if self.released then return not_owner(self, "this client", "already released") end
+    local ok, where, code = client.strategy.release(client, self.key, self.token)
+    if ok then
+        self.released = true
+        return true
+    end
+    if ok == false then
+        self.released = true
+        return not_owner(self, where, "it expired or was taken over")
+    end
+    return nil, format("%s (releasing %s)", where, show_key(self.key)), code
+end
+
+-- Lua 5.4: `local lock <close> = ...` releases at the end of the scope.
+function Lock:__close()
+    if not self.released and not self.client.closed then self:release() end
+end
+
+function Lock:__tostring()
+    return format("redlock.lock (%s, fence %s%s)", show_key(self.key), tostring(self.fence),
+        self.released and ", released" or "")
+end
+
+_M.Client, _M.Lock = Client, Lock
+
+
+return _M

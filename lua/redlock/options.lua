@@ -1,0 +1,235 @@
+--- Option checking for redlock.new and the per-call opts, and server URL
+-- parsing. Everything here runs once per client (or once per call that
+-- passes opts); nothing here runs on the hot path of a call without opts.
+local tonumber, tostring, type, pairs, ipairs = tonumber, tostring, type, pairs, ipairs
+local error, format, floor = error, string.format, math.floor
+local find, match, gsub, char = string.find, string.match, string.gsub, string.char
+
+local _M = {}
+
+_M.DEFAULTS = {
+    ttl = 10000,
+    wait = 10000,
+    retry_delay = 50,
+    retry_jitter = 50,
+    drift_factor = 0.01,
+    mode = "auto",
+    connect_timeout = 1000,
+    timeout = 1000,
+}
+
+local function bad(fname, name, expected, value)
+    local got = type(value) == "string" and format("%q", value) or tostring(value)
+    if type(value) == "table" or type(value) == "function" then got = type(value) end
+    error(format("bad option '%s' to '%s' (%s expected, got %s)", name, fname, expected, got), 5)
+end
+
+local checks = {}
+
+function checks.positive_integer(fname, name, v)
+    if type(v) ~= "number" or v < 1 or v ~= floor(v) or v > 2 ^ 53 then
+        bad(fname, name, "positive integer (ms)", v)
+    end
+    return v
+end
+
+function checks.positive_number(fname, name, v)
+    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
+        bad(fname, name, "number > 0 (ms)", v)
+    end
+    return v
+end
+
+function checks.non_negative(fname, name, v)
+    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+        bad(fname, name, "number >= 0 (ms)", v)
+    end
+    return v
+end
+
+function checks.fraction(fname, name, v)
+    if type(v) ~= "number" or not (v >= 0 and v < 1) then
+        bad(fname, name, "number in [0, 1)", v)
+    end
+    return v
+end
+
+function checks.timeout(fname, name, v)
+    if type(v) ~= "number" or v < 1 or v ~= floor(v) or v > 86400000 then
+        bad(fname, name, "integer from 1 to 86400000 (ms)", v)
+    end
+    return v
+end
+
+function checks.mode(fname, name, v)
+    if v ~= "auto" and v ~= "script" and v ~= "legacy" then
+        bad(fname, name, "\"auto\", \"script\" or \"legacy\"", v)
+    end
+    return v
+end
+
+function checks.boolean(fname, name, v)
+    if type(v) ~= "boolean" then bad(fname, name, "boolean", v) end
+    return v
+end
+
+function checks.callable(fname, name, v)
+    local mt = type(v) == "table" and getmetatable(v)
+    if type(v) ~= "function" and not (mt and mt.__call) then bad(fname, name, "function", v) end
+    return v
+end
+
+function checks.any(_, _, v) return v end
+
+_M.checks = checks
+
+--- Options a call (acquire, try_acquire, with_lock) may override, and how to
+-- check each. Other modules add theirs (renew, reentrant, ...) here.
+_M.CALL = {
+    ttl = checks.positive_integer,
+    wait = checks.non_negative,
+    retry_delay = checks.positive_number,
+    retry_jitter = checks.non_negative,
+}
+
+--- Options only redlock.new takes (servers is parsed apart).
+_M.CLIENT = {
+    drift_factor = checks.fraction,
+    mode = checks.mode,
+    connect_timeout = checks.timeout,
+    timeout = checks.timeout,
+}
+
+local SERVER_FIELDS = {
+    host = "string", port = "number", path = "string", username = "string",
+    password = "string", db = "number", connect_timeout = "number", timeout = "number",
+}
+
+local function unescape(s)
+    return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+end
+
+-- A URL fit for an error message: the password is never shown.
+local function redact(url)
+    return (gsub(url, "^(%a+://[^:@/]*):[^@/]*@", "%1:***@"))
+end
+
+local function bad_url(url, why)
+    error(format("bad option 'servers' to 'new' (%s in %q)", why, redact(url)), 5)
+end
+
+local function parse_db(url, s)
+    local db = tonumber(s)
+    if not db or db < 0 or db ~= floor(db) then bad_url(url, "bad database number") end
+    return db
+end
+
+--- Parses "redis://[user[:password]@]host[:port][/db]" or
+-- "unix:///path[?db=N]" into a server table.
+function _M.parse_url(url)
+    if find(url, "^unix://") then
+        local path, query = match(url, "^unix://([^?]+)%??(.*)$")
+        if not path or path == "" then bad_url(url, "missing socket path") end
+        local server = { path = unescape(path) }
+        if query ~= "" then
+            local db = match(query, "^db=(%d+)$")
+            if not db then bad_url(url, "only ?db=N may follow the path") end
+            server.db = parse_db(url, db)
+        end
+        return server
+    end
+    local rest = match(url, "^redis://(.*)$")
+    if not rest then
+        bad_url(url, "expected redis:// or unix:// (TLS is not supported)")
+    end
+    local server = {}
+    local userinfo, hostpart = match(rest, "^([^@/]*)@(.*)$")
+    if userinfo then
+        local user, pass = match(userinfo, "^([^:]*):(.*)$")
+        if user then
+            if user ~= "" then server.username = unescape(user) end
+            server.password = unescape(pass)
+        elseif userinfo ~= "" then
+            -- "redis://secret@host": a lone word is the password, as in redis-cli
+            server.password = unescape(userinfo)
+        end
+        rest = hostpart
+    end
+    local host, port, db
+    if find(rest, "^%[") then
+        host, port, db = match(rest, "^%[([^%]]+)%]:?(%d*)/?(%d*)$")
+    else
+        host, port, db = match(rest, "^([^:/]+):?(%d*)/?(%d*)$")
+    end
+    if not host then bad_url(url, "expected host[:port][/db]") end
+    server.host = host
+    if port ~= "" then
+        server.port = tonumber(port)
+        if server.port < 1 or server.port > 65535 then bad_url(url, "port out of range") end
+    end
+    if db ~= "" then server.db = parse_db(url, db) end
+    return server
+end
+
+local function check_server_table(t, i)
+    for k, v in pairs(t) do
+        local want = SERVER_FIELDS[k]
+        if not want then
+            error(format("bad option 'servers' to 'new' (unknown field '%s' in server #%d)",
+                tostring(k), i), 4)
+        end
+        if type(v) ~= want then
+            error(format("bad option 'servers' to 'new' (field '%s' of server #%d: %s expected, got %s)",
+                k, i, want, type(v)), 4)
+        end
+    end
+    if not t.host and not t.path then
+        error(format("bad option 'servers' to 'new' (server #%d needs host or path)", i), 4)
+    end
+    local copy = {}
+    for k, v in pairs(t) do copy[k] = v end
+    return copy
+end
+
+--- Checks opts.servers and returns a list of server tables.
+function _M.servers(list)
+    if list == nil then return { { host = "127.0.0.1", port = 6379 } } end
+    if type(list) == "string" then list = { list } end
+    if type(list) ~= "table" or #list == 0 then
+        error("bad option 'servers' to 'new' (non-empty list of URLs or tables expected)", 3)
+    end
+    local out = {}
+    for i, s in ipairs(list) do
+        if type(s) == "string" then
+            out[i] = _M.parse_url(s)
+        elseif type(s) == "table" then
+            out[i] = check_server_table(s, i)
+        else
+            error(format("bad option 'servers' to 'new' (server #%d: URL or table expected, got %s)",
+                i, type(s)), 3)
+        end
+    end
+    return out
+end
+
+--- Checks a table of options against one or more schemas and returns a new
+-- table: base's values overridden by the checked ones. Unknown names raise.
+function _M.check(fname, opts, base, schema, schema2)
+    if opts ~= nil and type(opts) ~= "table" then
+        error(format("bad argument 'opts' to '%s' (table expected, got %s)", fname, type(opts)), 3)
+    end
+    local out = {}
+    for k, v in pairs(base) do out[k] = v end
+    if opts then
+        for k, v in pairs(opts) do
+            local check = schema[k] or (schema2 and schema2[k])
+            if not check then
+                error(format("bad option '%s' to '%s' (unknown option)", tostring(k), fname), 3)
+            end
+            out[k] = check(fname, k, v)
+        end
+    end
+    return out
+end
+
+return _M

@@ -1,0 +1,55 @@
+--- One Redis server as a lock client sees it: a lazily made connection, its
+-- name for messages, a retry on a connection the server had dropped, and the
+-- lock operations in the mode this server uses. Internal.
+local core = require "redlock.core"
+local scripted = require "redlock.scripted"
+
+local setmetatable = setmetatable
+
+local Server = {}
+Server.__index = Server
+
+local _M = {}
+
+--- spec: a checked server table; mode: "auto", "script" or "legacy".
+function _M.new(spec, mode)
+    local conn = core.conn(spec)
+    return setmetatable({
+        conn = conn,
+        name = conn:name(),
+        mode = mode,
+        -- The operations this server runs: auto starts with the scripts and
+        -- may switch once (see redlock.legacy).
+        ops = scripted,
+    }, Server)
+end
+
+--- Runs a command; nil, message, code on failure. A connection that the
+-- server closed since its last use (idle timeout, restart, CLIENT KILL) is
+-- not a failure of this call: it reconnects and sends once more.
+function Server:call(...)
+    local conn = self.conn
+    local r, err, code, stale = conn:command(...)
+    if r == nil and stale then r, err, code = conn:command(...) end
+    return r, err, code
+end
+
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
+function Server:eval(name, nkeys, ...)
+    local conn = self.conn
+    local r, err, code, stale = conn:eval(name, nkeys, ...)
+    if r == nil and stale then r, err, code = conn:eval(name, nkeys, ...) end
+    return r, err, code
+end
+
+--- Lock operations, one server. acquire returns true, fence | false, pttl
+-- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
+function Server:acquire(key, token, ttl) return self.ops.acquire(self, key, token, ttl) end
+--- true | false (not ours any more) | nil, err, code
+function Server:release(key, token) return self.ops.release(self, key, token) end
+--- true | false (not ours any more) | nil, err, code
+function Server:extend(key, token, ttl) return self.ops.extend(self, key, token, ttl) end
+
+function Server:close() self.conn:close() end
+
+return _M

@@ -1,0 +1,46 @@
+--- Small helpers shared by the redlock modules: key display, hash tags,
+-- result packing and jitter. Internal.
+local core = require "redlock.core"
+
+local byte, format, find, sub = string.byte, string.format, string.find, string.sub
+local random_bytes = core.random_bytes
+
+local _M = {}
+
+--- A key as it appears in messages: quoted, non-printable bytes as \xHH,
+-- long keys cut, so a binary key never garbles a log line.
+function _M.show_key(key)
+    local shown = key:gsub("[^%w%p ]", function(c) return format("\\x%02x", byte(c)) end)
+    if #shown > 80 then shown = sub(shown, 1, 77) .. "..." end
+    return "'" .. shown .. "'"
+end
+
+--- The key of a lock's companion (fence counter, wake-up list): it must hash
+-- to the same Cluster slot as the lock key, so that one script may touch both.
+-- A key with a hash tag keeps it; a key without one is wrapped in braces,
+-- which hashes the same bytes. A tag-less key holding '}' cannot be wrapped:
+-- it gets a plain suffix (fine on one server, CROSSSLOT on Cluster).
+function _M.companion_key(key, suffix)
+    local open = find(key, "{", 1, true)
+    if open then
+        local close = find(key, "}", open + 1, true)
+        if close and close > open + 1 then return key .. suffix end
+    end
+    if find(key, "}", 1, true) then return key .. suffix end
+    return "{" .. key .. "}" .. suffix
+end
+
+--- pack/unpack that keep trailing nils, on every Lua version.
+function _M.pack(...) return { n = select("#", ...), ... } end
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+function _M.unpack(t) return unpack(t, 1, t.n) end
+
+--- A random delay in [0, ms), from the OS source: math.random would need a
+-- seed, and seeding it would change the host application's sequence.
+function _M.jitter(ms)
+    if ms <= 0 then return 0 end
+    local b1, b2, b3 = byte(random_bytes(3), 1, 3)
+    return ms * ((b1 * 65536 + b2 * 256 + b3) / 16777216)
+end
+
+return _M

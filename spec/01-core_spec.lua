@@ -1,0 +1,159 @@
+-- The C core on its own: tokens, protocol, connections, scripts.
+local helper = require "helper"
+local core = require "redlock.core"
+
+describe("redlock.core", function()
+    local server
+    setup(function() server = helper.start_server() end)
+    teardown(function() helper.stop_all() end)
+
+    describe("token()", function()
+        it("is 32 lowercase hex chars", function()
+            for _ = 1, 100 do assert.matches("^[0-9a-f]+$", core.token()) end
+            assert.equal(32, #core.token())
+        end)
+
+        it("never repeats over 100k draws", function()
+            local seen, n = {}, 0
+            for _ = 1, 100000 do
+                local t = core.token()
+                assert.is_nil(seen[t])
+                seen[t] = true
+                n = n + 1
+            end
+            assert.equal(100000, n)
+        end)
+
+        it("uses every hex digit in every position (not a counter, not a clock)", function()
+            local digits = {}
+            for _ = 1, 2000 do
+                local t = core.token()
+                for i = 1, 32 do
+                    digits[i] = digits[i] or {}
+                    digits[i][t:sub(i, i)] = true
+                end
+            end
+            for i = 1, 32 do
+                local n = 0
+                for _ in pairs(digits[i]) do n = n + 1 end
+                assert.equal(16, n)
+            end
+        end)
+    end)
+
+    describe("encode() and reader()", function()
+        it("encodes binary-safe commands", function()
+            assert.equal("*3\r\n$3\r\nSET\r\n$3\r\na\0b\r\n$2\r\n42\r\n", core.encode("SET", "a\0b", 42))
+        end)
+
+        it("parses replies fed in pieces, nil as core.null, errors apart", function()
+            local r = core.reader()
+            assert.is_true(r:feed("*3\r\n:7\r\n$-1\r\n$2\r\nh"))
+            assert.is_false(r:get())
+            r:feed("i\r\n-ERR bad\r\n+OK\r\n")
+            local t = r:get()
+            assert.same({ 7, core.null, "hi" }, t)
+            local v, err, code = r:get()
+            assert.is_nil(v)
+            assert.equal("ERR bad", err)
+            assert.equal("server", code)
+            assert.equal("OK", r:get())
+            assert.is_false(r:get())
+        end)
+
+        it("reports a protocol error without crashing", function()
+            local r = core.reader()
+            r:feed("?garbage\r\n")
+            local v, err, code = r:get()
+            assert.is_nil(v)
+            assert.matches("^protocol error", err)
+            assert.equal("connection", code)
+        end)
+
+        it("raises on bad arguments", function()
+            assert.has_error(function() core.encode() end)
+            assert.has_error(function() core.encode("GET", {}) end)
+        end)
+    end)
+
+    describe("conn", function()
+        it("runs commands with binary keys and values", function()
+            local c = core.conn(server:spec())
+            local key = "bin\0key\n" .. helper.key()
+            assert.equal("OK", c:command("SET", key, "v\0\r\nv"))
+            assert.equal("v\0\r\nv", c:command("GET", key))
+            assert.equal(core.null, c:command("GET", key .. "missing"))
+            assert.equal(1, c:command("DEL", key))
+            c:close()
+        end)
+
+        it("converts arrays and nested nils", function()
+            local c = core.conn(server:spec())
+            local k = helper.key()
+            c:command("RPUSH", k, "a", "b")
+            assert.same({ "a", "b" }, c:command("LRANGE", k, 0, -1))
+            c:command("SET", k .. "x", "a")
+            assert.same({ "a", core.null }, c:command("MGET", k .. "x", k .. "y"))
+            -- an error inside EXEC's array is a value, not a failure of the call
+            assert.equal("OK", c:command("MULTI"))
+            assert.equal("QUEUED", c:command("SET", k .. "z", "q"))
+            assert.equal("QUEUED", c:command("INCR", k .. "z"))
+            assert.same({ "OK", { err = "ERR value is not an integer or out of range" } },
+                c:command("EXEC"))
+            c:close()
+        end)
+
+        it("returns error replies as nil, 'server: ...', 'server'", function()
+            local c = core.conn(server:spec())
+            local v, err, code = c:command("NOSUCHCOMMAND")
+            assert.is_nil(v)
+            assert.matches("^server: 127%.0%.0%.1:%d+: ERR unknown command", err)
+            assert.equal("server", code)
+            assert.equal("PONG", c:command("PING")) -- the connection is still good
+            c:close()
+        end)
+
+        it("has an idempotent close and says so in tostring", function()
+            local c = core.conn(server:spec())
+            assert.matches("redlock.conn %(127%.0%.0%.1:%d+%)", tostring(c))
+            c:close()
+            c:close()
+            assert.equal("redlock.conn (closed)", tostring(c))
+            local v, err, code = c:command("PING")
+            assert.is_nil(v)
+            assert.matches("^closed", err)
+            assert.equal("closed", code)
+        end)
+
+        it("runs named scripts and survives SCRIPT FLUSH (NOSCRIPT)", function()
+            local c = core.conn(server:spec())
+            local k = helper.key()
+            c:command("SET", k, "tok")
+            c:command("SCRIPT", "FLUSH")
+            assert.equal(0, c:eval("release", 1, k, "other"))
+            assert.equal(1, c:eval("release", 1, k, "tok"))
+            assert.equal(0, c:command("EXISTS", k))
+            c:close()
+        end)
+
+        it("names scripts by their SHA-1", function()
+            local c = core.conn(server:spec())
+            for _, s in pairs(core.scripts) do
+                assert.equal(s.sha, c:command("SCRIPT", "LOAD", s.source))
+            end
+            c:close()
+        end)
+
+        it("raises on misuse before doing any I/O", function()
+            assert.has_error(function() core.conn() end)
+            assert.has_error(function() core.conn({ host = 1 }) end)
+            assert.has_error(function() core.conn({ host = "h", port = 70000 }) end)
+            local c = core.conn(server:spec())
+            assert.has_error(function() c:command() end)
+            assert.has_error(function() c:command("GET", nil) end)
+            assert.has_error(function() c:eval("nope", 0) end)
+            assert.has_error(function() c:eval("release", 5, "k") end)
+            c:close()
+        end)
+    end)
+end)

@@ -1,0 +1,226 @@
+--- Test helper: starts and stops real redis-server processes (never a mock),
+-- each in its own directory under $REDLOCK_TEST_TMP, bound to 127.0.0.1 on a
+-- free port, with a unix socket beside it; spawns worker processes.
+-- spec/run.sh kills whatever is left when the suite ends, even on failure.
+local _M = {}
+
+local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
+local BUILD = os.getenv("REDLOCK_BUILD") or "build"
+
+local function sh(cmd)
+    local ok = os.execute(cmd)
+    return ok == true or ok == 0
+end
+
+local function read_cmd(cmd)
+    local p = assert(io.popen(cmd))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+_M.read_cmd = read_cmd
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+_M.quote = quote
+
+local function urandom_int(n)
+    local f = assert(io.open("/dev/urandom", "rb"))
+    local b = f:read(4)
+    f:close()
+    local v = 0
+    for i = 1, 4 do v = v * 256 + b:byte(i) end
+    return v % n
+end
+
+local tmp_root = os.getenv("REDLOCK_TEST_TMP")
+local function root()
+    if not tmp_root then
+        tmp_root = read_cmd("mktemp -d /tmp/redlock-spec.XXXXXX"):gsub("%s+$", "")
+    end
+    return tmp_root
+end
+_M.root = root
+
+local seq = 0
+local function fresh_dir(prefix)
+    seq = seq + 1
+    local dir = string.format("%s/%s-%d-%d", root(), prefix, seq, urandom_int(1e9))
+    assert(sh("mkdir -p " .. quote(dir)))
+    return dir
+end
+_M.fresh_dir = fresh_dir
+
+--- A key no other test uses.
+function _M.key(prefix)
+    seq = seq + 1
+    return string.format("%s:%d:%d", prefix or "test", seq, urandom_int(1e9))
+end
+
+function _M.sleep(ms) sh("sleep " .. string.format("%.3f", ms / 1000)) end
+
+local function alive(pid) return pid and sh("kill -0 " .. pid .. " 2>/dev/null") end
+_M.alive = alive
+
+local Server = {}
+Server.__index = Server
+local running = {}
+
+--- redis-cli against this server; returns its output, trailing space cut.
+function Server:cli(...)
+    local args = { "redis-cli", "-h 127.0.0.1", "-p", self.port }
+    if self.password then
+        if self.username_cli then
+            args[#args + 1] = "--user " .. quote(self.username_cli)
+        end
+        args[#args + 1] = "-a " .. quote(self.password) .. " --no-auth-warning"
+    end
+    for _, a in ipairs({ ... }) do args[#args + 1] = quote(a) end
+    return (read_cmd(table.concat(args, " ") .. " 2>&1"):gsub("%s+$", ""))
+end
+
+function Server:url(db)
+    return string.format("redis://127.0.0.1:%d%s", self.port, db and ("/" .. db) or "")
+end
+
+function Server:spec(extra)
+    local t = { host = "127.0.0.1", port = self.port }
+    for k, v in pairs(extra or {}) do t[k] = v end
+    return t
+end
+
+local function write_conf(self)
+    local lines = {
+        "port " .. self.port,
+        "bind 127.0.0.1",
+        "save \"\"",
+        "appendonly no",
+        "daemonize no",
+        "dir " .. self.dir,
+        "unixsocket " .. self.socket,
+        "unixsocketperm 700",
+        "logfile " .. self.dir .. "/redis.log",
+    }
+    if self.password then lines[#lines + 1] = "requirepass " .. self.password end
+    for _, l in ipairs(self.config or {}) do lines[#lines + 1] = l end
+    local f = assert(io.open(self.dir .. "/redis.conf", "w"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+end
+
+local function ready(self)
+    for _ = 1, 250 do
+        if not alive(self.pid) then return false end
+        local out = self:cli("PING")
+        if out == "PONG" then return true end
+        _M.sleep(20)
+    end
+    return false
+end
+
+function Server:start()
+    for _ = 1, 20 do
+        if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
+        write_conf(self)
+        self.pid = read_cmd(string.format("sh -c 'redis-server %s >>%s 2>&1 & echo $!'",
+            quote(self.dir .. "/redis.conf"), quote(self.dir .. "/stdout.log"))):match("%d+")
+        local f = assert(io.open(self.dir .. "/pid", "w"))
+        f:write(self.pid, "\n")
+        f:close()
+        if ready(self) then
+            running[self] = true
+            return self
+        end
+        self:stop()
+        if self.fixed_port then break end
+    end
+    error("could not start redis-server in " .. self.dir)
+end
+
+--- Starts a redis-server. opts: password, config = { extra conf lines }.
+function _M.start_server(opts)
+    opts = opts or {}
+    local dir = fresh_dir("redis")
+    local self = setmetatable({
+        dir = dir,
+        socket = dir .. "/redis.sock",
+        password = opts.password,
+        username_cli = opts.username_cli,
+        config = opts.config,
+    }, Server)
+    return self:start()
+end
+
+function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
+function Server:freeze() return self:signal("STOP") end
+function Server:thaw() return self:signal("CONT") end
+
+--- Stops the server (SIGCONT first, in case a spec froze it), waiting
+-- until the process is gone.
+function Server:stop(sig)
+    if self.pid then
+        self:signal("CONT")
+        self:signal(sig or "TERM")
+        for i = 1, 150 do
+            if not alive(self.pid) then break end
+            if i == 100 then self:signal("KILL") end
+            _M.sleep(20)
+        end
+    end
+    running[self] = nil
+end
+
+function Server:kill() return self:stop("KILL") end
+
+--- Starts the server again on the same port, its data gone.
+function Server:restart()
+    self:stop()
+    self.fixed_port = true
+    return self:start()
+end
+
+function _M.stop_all()
+    for s in pairs(running) do s:stop() end
+end
+
+--- A shell command that runs a Lua script under the interpreter of this
+-- suite, with the module's paths.
+function _M.lua_cmd(script, ...)
+    local args = {}
+    for i, a in ipairs({ ... }) do args[i] = quote(a) end
+    return string.format("LUA_PATH=%s LUA_CPATH=%s %s %s %s",
+        quote("lua/?.lua;lua/?/init.lua;spec/?.lua;;"), quote(BUILD .. "/?.so;;"),
+        LUA, quote(script), table.concat(args, " "))
+end
+
+--- Starts a worker in the background; returns a handle whose wait() returns
+-- its exit status and output.
+function _M.spawn(script, ...)
+    local dir = fresh_dir("worker")
+    local cmd = _M.lua_cmd(script, ...)
+    local pid = read_cmd(string.format("sh -c %s & echo $!",
+        quote(cmd .. " >" .. dir .. "/out 2>&1; echo $? >" .. dir .. "/status"))):match("%d+")
+    local w = { pid = pid, dir = dir }
+    function w.wait(_, limit_ms)
+        local waited = 0
+        while waited < (limit_ms or 60000) do
+            local f = io.open(dir .. "/status")
+            local status = f and f:read("*l")
+            if f then f:close() end
+            if status and status ~= "" then
+                local o = io.open(dir .. "/out")
+                local out = o:read("*a")
+                o:close()
+                return tonumber(status), out
+            end
+            _M.sleep(20)
+            waited = waited + 20
+        end
+        return nil, "worker did not finish in time"
+    end
+    return w
+end
+
+--- Makes a redlock module loaded fresh (so specs see the tree's code).
+function _M.redlock() return require "redlock" end
+
+return _M
