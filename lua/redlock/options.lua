@@ -94,6 +94,7 @@ _M.CALL = {
 
 --- Options only redlock.new takes (servers is parsed apart).
 _M.CLIENT = {
+    servers = checks.any, -- parsed by _M.servers
     drift_factor = checks.fraction,
     mode = checks.mode,
     connect_timeout = checks.timeout,
