@@ -27,7 +27,7 @@
 
 #define ERRLEN 512
 
-typedef struct {
+struct redlock_conn {
     redisContext *ctx;
     char *host, *path, *username, *password;
     int port, db;
@@ -35,7 +35,8 @@ typedef struct {
     int closed;
     char name[128];
     char err[ERRLEN];
-} conn_ud;
+};
+typedef redlock_conn conn_ud;
 
 enum { OK = 0, E_CONNECTION, E_SERVER };
 
@@ -215,6 +216,57 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
 static conn_ud *check_conn(lua_State *L) {
     return (conn_ud *)luaL_checkudata(L, 1, REDLOCK_CONN_MT);
 }
+
+/* The C side of a conn for other C files (the renewal thread): a private
+ * copy with the same settings, used by one thread only.
+ * Copies src's settings (not its socket) into a zeroed dst; -1 when out of
+ * memory (what was copied is freed by conn_destroy). Never raises. */
+static int copy_settings(conn_ud *dst, const conn_ud *src) {
+    dst->port = src->port;
+    dst->db = src->db;
+    dst->connect_timeout_ms = src->connect_timeout_ms;
+    dst->timeout_ms = src->timeout_ms;
+    memcpy(dst->name, src->name, sizeof dst->name);
+#define DUP(f) if (src->f != NULL && (dst->f = strdup(src->f)) == NULL) return -1
+    DUP(host);
+    DUP(path);
+    DUP(username);
+    DUP(password);
+#undef DUP
+    return 0;
+}
+
+redlock_conn *redlock_conn_clone(const redlock_conn *src) {
+    conn_ud *u = calloc(1, sizeof *u);
+    if (u != NULL && copy_settings(u, src) != 0) {
+        conn_destroy(u);
+        free(u);
+        u = NULL;
+    }
+    return u;
+}
+
+void redlock_conn_free(redlock_conn *u) {
+    if (u != NULL) {
+        conn_destroy(u);
+        free(u);
+    }
+}
+
+int redlock_conn_ensure(redlock_conn *u) { return u->ctx != NULL ? OK : conn_connect(u); }
+
+int redlock_conn_fd(const redlock_conn *u) { return u->ctx != NULL ? u->ctx->fd : -1; }
+
+int redlock_conn_round_trip(redlock_conn *u, int argc, const char **argv, const size_t *argvlen,
+                            redisReply **out, int *stale) {
+    return round_trip(u, argc, argv, argvlen, out, stale);
+}
+
+const char *redlock_conn_error(const redlock_conn *u) { return u->err; }
+
+const char *redlock_conn_name(const redlock_conn *u) { return u->name; }
+
+int redlock_conn_closed(const redlock_conn *u) { return u->closed; }
 
 static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
     lua_pushnil(L);
@@ -415,6 +467,39 @@ static int conn_new(lua_State *L) {
     return 1;
 }
 
+/* conn:clone() -> an unconnected conn with the same settings (a waiter's
+ * own connection for blocking commands). The password stays in C. */
+static int conn_clone(lua_State *L) {
+    conn_ud *src = check_conn(L), *u;
+    if (src->closed)
+        return push_closed(L);
+    u = (conn_ud *)lua_newuserdata(L, sizeof *u);
+    memset(u, 0, sizeof *u);
+    luaL_getmetatable(L, REDLOCK_CONN_MT);
+    lua_setmetatable(L, -2);
+    if (copy_settings(u, src) != 0)
+        return luaL_error(L, "out of memory"); /* __gc frees the partial copy */
+    return 1;
+}
+
+/* conn:set_timeout(ms): the reply timeout from now on, for a blocking
+ * command that must wait longer than the usual one. */
+static int conn_set_timeout(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    lua_Integer ms = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 2, "out of range (1 to 86400000)");
+    u->timeout_ms = (int)ms;
+    if (u->ctx != NULL && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK)
+        free_ctx(u); /* the next call reconnects with the new timeout */
+    return 0;
+}
+
+/* conn:timeout() -> the reply timeout in ms */
+static int conn_timeout(lua_State *L) {
+    lua_pushinteger(L, check_conn(L)->timeout_ms);
+    return 1;
+}
+
 static int conn_gc(lua_State *L) {
     conn_destroy(check_conn(L));
     return 0;
@@ -427,6 +512,9 @@ void redlock_conn_open(lua_State *L) {
         {"close", conn_close},
         {"connected", conn_connected},
         {"name", conn_name},
+        {"clone", conn_clone},
+        {"set_timeout", conn_set_timeout},
+        {"timeout", conn_timeout},
         {NULL, NULL},
     };
     static const luaL_Reg meta[] = {

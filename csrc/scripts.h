@@ -22,13 +22,22 @@
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                  \
     "return {1, redis.call('INCR', KEYS[2])}\n"
 
-/* KEYS[1] lock key; ARGV[1] token. Compare-and-delete: 1 deleted, 0 the key
- * is gone or holds another token (we must not delete the next holder's). */
+/* KEYS[1] lock key, KEYS[2] (optional) wake-up list, same hash tag;
+ * ARGV[1] token. Compare-and-delete: 1 deleted, 0 the key is gone or holds
+ * another token (we must not delete the next holder's). After a delete it
+ * leaves exactly one element in the wake-up list, which lives 1 s: Redis
+ * hands it to the longest-blocked BLPOP waiter, or to the next waiter to
+ * BLPOP within that second (a release between a waiter's failed attempt
+ * and its BLPOP is not lost). Callers passing one key get no wake-up. */
 #define REDLOCK_SCRIPT_RELEASE                                              \
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"                       \
-    "  return redis.call('DEL', KEYS[1])\n"                                 \
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
+    "redis.call('DEL', KEYS[1])\n"                                          \
+    "if KEYS[2] then\n"                                                     \
+    "  redis.call('DEL', KEYS[2])\n"                                        \
+    "  redis.call('RPUSH', KEYS[2], '1')\n"                                 \
+    "  redis.call('PEXPIRE', KEYS[2], 1000)\n"                              \
     "end\n"                                                                 \
-    "return 0\n"
+    "return 1\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
  * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock. */

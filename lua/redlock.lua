@@ -12,6 +12,7 @@
 -- @module redlock
 local core = require "redlock.core"
 local options = require "redlock.options"
+local hold = require "redlock.hold"
 local server_mod = require "redlock.server"
 local single = require "redlock.single"
 local util = require "redlock.util"
@@ -20,6 +21,7 @@ local now, sleep, new_token = core.now, core.sleep, core.token
 local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, util.unpack
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, max = string.format, math.floor, math.max
+local dispatch = hold.dispatch
 
 local _M = {
     --- Version of this module, "MAJOR.MINOR.PATCH".
@@ -100,17 +102,24 @@ local function new_lock(client, key, token, fence, ttl, t0)
     }, Lock)
 end
 
--- One attempt, or attempts until `wait` ms have passed. Sleeps between
--- attempts retry_delay plus jitter, but never past the holder's expiry
--- (the reply's pttl) nor past the deadline.
-local function acquire(client, key, o, wait)
+-- One attempt, or attempts until `wait` ms have passed. Between attempts
+-- it blocks until the holder's release wakes it (strategy.wait, opts.notify)
+-- or sleeps retry_delay plus jitter; either way never past the holder's
+-- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
+-- newcomer beats waits again with what is left of its budget.
+-- renew: whether the lock is renewed in the background (redlock.hold).
+local function acquire(client, key, o, wait, renew)
+    if o.reentrant then
+        local lock, err, code = hold.reenter(client, key, o, renew)
+        if lock or err then return lock, err, code end
+    end
     local strategy, ttl = client.strategy, o.ttl
     local token = new_token()
     local deadline = now() + wait
     while true do
         local t0 = now()
         local ok, v, where = strategy.acquire(client, key, token, ttl)
-        if ok then return new_lock(client, key, token, v, ttl, t0) end
+        if ok then return hold.taken(new_lock(client, key, token, v, ttl, t0), o, renew, t0) end
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
         end
@@ -123,23 +132,28 @@ local function acquire(client, key, o, wait)
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
                 wait, show_key(key), where), "timeout"
         end
-        local delay = o.retry_delay + jitter(o.retry_jitter)
-        if v >= 0 and v + 1 < delay then delay = v + 1 end
-        if delay > left then delay = left end
-        sleep(delay)
+        local bound = left
+        if v >= 0 and v + 1 < bound then bound = v + 1 end
+        local wait_for = o.notify and strategy.wait
+        if not (wait_for and wait_for(client, key, bound)) then
+            local delay = o.retry_delay + jitter(o.retry_jitter)
+            sleep(delay < bound and delay or bound)
+        end
     end
 end
 
 --- Takes the lock on `key`, waiting up to `opts.wait` ms.
 -- @tparam string key
--- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter
+-- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter, notify,
+--   renew (default false here), max_hold, on_lost, reentrant, owner
 -- @treturn Lock|nil the lock, or nil, message, code
 --   (timeout, locked when wait is 0, connection, server, closed, no quorum)
 function Client:acquire(key, opts)
     check_key("acquire", key)
     local o = call_opts(self, "acquire", opts)
     if self.closed then return closed() end
-    return acquire(self, key, o, o.wait)
+    dispatch(self)
+    return acquire(self, key, o, o.wait, o.renew == true)
 end
 
 --- Exactly one attempt to take the lock on `key` (opts.wait is ignored).
@@ -148,7 +162,8 @@ function Client:try_acquire(key, opts)
     check_key("try_acquire", key)
     local o = call_opts(self, "try_acquire", opts)
     if self.closed then return closed() end
-    return acquire(self, key, o, 0)
+    dispatch(self)
+    return acquire(self, key, o, 0, o.renew == true)
 end
 
 local function callable(f)
@@ -158,10 +173,12 @@ local function callable(f)
 end
 
 --- Runs `fn(lock)` while holding the lock on `key`, then releases it.
+-- The lock is renewed in the background while fn runs (opts.renew, default
+-- true here), up to opts.max_hold.
 -- Returns true and every result of fn; nil, message, code when the lock
 -- could not be taken (fn is not called) or was lost before the release
 -- ("not owner"). If fn raises, the lock is released and the same error
--- value is raised again.
+-- value is raised again (as is an error raised by opts.on_lost).
 -- @tparam string key
 -- @tparam[opt] table opts as for acquire
 -- @tparam function fn
@@ -174,11 +191,14 @@ function Client:with_lock(key, opts, fn)
     end
     local o = call_opts(self, "with_lock", opts)
     if self.closed then return closed() end
-    local lock, err, code = acquire(self, key, o, o.wait)
+    dispatch(self)
+    local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
     local result = pack(pcall(fn, lock))
+    local told, terr = pcall(dispatch, self) -- on_lost runs here, before the release
     local released, rerr, rcode = lock:release()
     if not result[1] then error(result[2], 0) end
+    if not told then error(terr, 0) end
     if not released then return nil, rerr, rcode end
     result[1] = true
     return unpack(result)
@@ -188,7 +208,9 @@ end
 -- nil, "closed: ...", "closed".
 function Client:close()
     if self.closed then return true end
+    dispatch(self)
     self.closed = true
+    hold.close(self) -- joins the renewal thread first: it uses no conn of ours
     for _, server in ipairs(self.servers) do server:close() end
     return true
 end
@@ -206,11 +228,24 @@ end
 -- @type Lock
 
 --- Milliseconds of validity left, as this client knows it: counted from
--- before the acquire (or last extend) request was sent, less the drift
--- allowance. Never below 0.
+-- before the acquire, last extend or last background renewal request was
+-- sent, less the drift allowance. Never below 0; 0 once known lost.
 function Lock:remaining()
-    if self.released then return 0 end
-    return max(0, floor(self.expires - now()))
+    dispatch(self.client)
+    if self.released or self.lost_reason then return 0 end
+    return max(0, floor(hold.expires(self) - now()))
+end
+
+--- Whether this lock is known lost, answered from memory (no I/O).
+-- @treturn boolean true, reason ("gone": a renewal, extend or release found
+--   the token gone; "expired": the validity ran out before a renewal;
+--   "max_hold": renewal stopped at max_hold and the validity ran out),
+--   or false (held as far as this client knows, or released by it)
+function Lock:lost()
+    dispatch(self.client)
+    local why = hold.lost(self)
+    if why then return true, why end
+    return false
 end
 
 local function not_owner(lock, where, how)
@@ -228,35 +263,53 @@ function Lock:extend(ttl)
     ttl = ttl or self.ttl
     local client = self.client
     if client.closed then return closed() end
+    dispatch(client)
     if self.released then return not_owner(self, "this client", "already released") end
     local t0 = now()
     local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl)
     if ok then
         self.expires = expiry(client, t0, ttl)
         self.ttl = ttl
+        hold.extended(self)
         return true
     end
     if ok == false then
         self.expires = 0
+        hold.found_gone(self)
         return not_owner(self, where, "it expired or was taken over")
     end
     return nil, format("%s (extending %s)", where, show_key(self.key)), code
 end
 
 --- Releases the lock if this lock still holds it. Releasing a lock already
--- released, expired or taken over returns nil, "not owner: ...".
+-- released, expired or taken over returns nil, "not owner: ...", as does
+-- releasing a lock its renewal found lost (the key is still deleted if
+-- it holds our token). A re-entrant lock held more than once only counts
+-- one hold down; the last release deletes the key.
 -- @treturn true|nil true, or nil, message, code
 function Lock:release()
     local client = self.client
     if client.closed then return closed() end
+    dispatch(client)
     if self.released then return not_owner(self, "this client", "already released") end
+    local lost = hold.renewal_lost(self)
+    if self.holds > 1 then
+        self.holds = self.holds - 1
+        if lost then return not_owner(self, "this client", "lost: " .. lost) end
+        return true
+    end
+    hold.stop(self)
     local ok, where, code = client.strategy.release(client, self.key, self.token)
     if ok then
         self.released = true
+        hold.forget(self)
+        if lost then return not_owner(self, where, "lost: " .. lost) end
         return true
     end
     if ok == false then
         self.released = true
+        hold.forget(self)
+        hold.found_gone(self)
         return not_owner(self, where, "it expired or was taken over")
     end
     return nil, format("%s (releasing %s)", where, show_key(self.key)), code

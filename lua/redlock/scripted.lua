@@ -2,8 +2,10 @@
 -- (csrc/scripts.h): SET NX PX plus the fence INCR in one step,
 -- compare-and-delete, compare-and-PEXPIRE. Internal.
 local util = require "redlock.util"
+local notify = require "redlock.notify"
 
 local companion_key = util.companion_key
+local wake_key = notify.wake_key
 local format = string.format
 
 local _M = { name = "script" }
@@ -25,7 +27,8 @@ function _M.acquire(server, key, token, ttl)
 end
 
 function _M.release(server, key, token)
-    local r, err, code = server:eval("release", 1, key, token)
+    -- the second key makes the script wake one waiter (redlock.notify)
+    local r, err, code = server:eval("release", 2, key, wake_key(key), token)
     if r == nil then return nil, err, code end
     return r == 1
 end
@@ -35,5 +38,8 @@ function _M.extend(server, key, token, ttl)
     if r == nil then return nil, err, code end
     return r == 1
 end
+
+--- Blocks until a release wakes us or ms pass (see redlock.notify).
+_M.wait = notify.wait
 
 return _M

@@ -50,6 +50,17 @@ function Server:release(key, token) return self.ops.release(self, key, token) en
 --- true | false (not ours any more) | nil, err, code
 function Server:extend(key, token, ttl) return self.ops.extend(self, key, token, ttl) end
 
-function Server:close() self.conn:close() end
+--- Waits for a release of key, at most ms: true when it waited (notified
+-- waiting), nil when these ops cannot and the caller must sleep.
+function Server:wait(key, ms)
+    local wait = self.ops.wait
+    if wait then return wait(self, key, ms) end
+    return nil
+end
+
+function Server:close()
+    self.conn:close()
+    if self.waiter then self.waiter:close() end
+end
 
 return _M

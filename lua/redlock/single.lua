@@ -5,6 +5,9 @@
 --                                     | nil, err, code
 --   release(client, key, token)      -> true | false, where | nil, err, code
 --   extend(client, key, token, ttl)  -> true | false, where | nil, err, code
+--   wait(client, key, ms)            -> true (waited for a release, or ms)
+--                                     | nil (cannot: the caller sleeps)
+--                                     (optional: without it, acquire polls)
 local _M = { name = "single" }
 
 function _M.acquire(client, key, token, ttl)
@@ -26,6 +29,10 @@ function _M.extend(client, key, token, ttl)
     local ok, err, code = server:extend(key, token, ttl)
     if ok == false then return false, server.name end
     return ok, err, code
+end
+
+function _M.wait(client, key, ms)
+    return client.servers[1]:wait(key, ms)
 end
 
 return _M

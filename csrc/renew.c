@@ -1,0 +1,824 @@
+/* Background renewal (the watchdog). A renewer owns one thread and, for each
+ * server of its client, a connection of its own (a copy of the client's
+ * settings): the thread never touches a lua_State nor the client's
+ * connections. Every ttl/3 it runs the token-checked extend script for each
+ * registered lock on every server, and counts a renewal only when a quorum
+ * of servers extended it within the validity (Redlock; 1 of 1 for one
+ * server). What Lua reads (expiry, lost) lives in C memory under a mutex, so
+ * lock:lost() and lock:remaining() answer without any I/O.
+ *
+ * core.renewer({conn, ...}) -> renewer       (copies each conn's settings)
+ * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
+ *                                            -> renewal, id
+ * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
+ * renewer:stats() -> entries renewing, renewals made, thread running
+ * renewer:close()                            (stops and joins the thread)
+ * renewal:state() -> phase, expires, renewals, failures, lost|nil, error|nil
+ * renewal:expires() -> when the validity ends (0 once lost)
+ * renewal:lost() -> reason | nil             ("gone", "expired", "max_hold")
+ * renewal:update(ttl, expires)               (after an extend done from Lua)
+ * renewal:stop()                             (release; also its __gc)
+ * core.renew_threads() -> renewal threads running in this process
+ * Times are ms on CLOCK_MONOTONIC, the clock of core.now().
+ *
+ * Lifetimes: the renewer struct is counted by its userdata and by each
+ * renewal userdata; an entry by the renewer's list and by its renewal
+ * userdata. Only the thread (or close, after the join) unlinks entries, so
+ * an entry the thread works on without the mutex stays allocated. close()
+ * and __gc shut the thread's sockets down (through dup'ed descriptors that
+ * only the mutex holder closes) so that the join never waits for a reply. */
+#define _GNU_SOURCE
+#include "renew.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "conn.h"
+#include "scripts.h"
+
+#define MAX_SERVERS 64
+#define ERRLEN 256
+#define MAX_TAKE 32
+#define MIN_RETRY_MS 10.0
+
+enum phase { RENEWING, HOLDING, IDLE }; /* HOLDING: max_hold reached, expiry watched */
+enum lost { NOT_LOST, LOST_GONE, LOST_EXPIRED, LOST_MAX_HOLD };
+static const char *const lost_words[] = {NULL, "gone", "expired", "max_hold"};
+static const char *const phase_words[] = {"renewing", "holding", "idle"};
+
+typedef struct renewer renewer;
+
+typedef struct entry {
+    struct entry *next;
+    renewer *r;
+    int refs; /* the list, the renewal userdata */
+    int in_list, stopped, pending, gen;
+    enum phase phase;
+    enum lost lost;
+    lua_Integer id;
+    char *key, *token; /* immutable once linked: the thread reads them unlocked */
+    size_t keylen, toklen;
+    double ttl, interval, drift_factor, expires, hold_until, next_due;
+    int quorum;
+    unsigned long renewals, failures;
+    char err[ERRLEN];
+} entry;
+
+struct renewer {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int started, stopping, closed;
+    int refs; /* the renewer userdata, each renewal userdata */
+    int nservers;
+    redlock_conn **conns; /* the thread's own; freed after the join */
+    int *dupfd;           /* dup of each live socket, for shutdown() by close */
+    entry *list;
+    lua_Integer next_id;
+    int unreported; /* entries lost and not yet taken by take_lost */
+    unsigned long renewals;
+};
+
+typedef struct {
+    renewer *r;
+} renewer_ud;
+
+typedef struct {
+    entry *e;
+} renewal_ud;
+
+static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER;
+static const redlock_script *extend_script; /* set at load, before any thread */
+static int live_threads;
+
+static void count_threads(int delta) {
+    pthread_mutex_lock(&count_mu);
+    live_threads += delta;
+    pthread_mutex_unlock(&count_mu);
+}
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void wait_until(renewer *r, double when_ms) {
+    struct timespec ts;
+    double s = floor(when_ms / 1e3);
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((when_ms - s * 1e3) * 1e6);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_nsec = 999999999L;
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* --- entries (all under r->mu) ------------------------------------------ */
+
+static void entry_unref(entry *e) {
+    if (--e->refs == 0)
+        free(e);
+}
+
+static void mark_lost(renewer *r, entry *e, enum lost why) {
+    e->lost = why;
+    e->phase = IDLE;
+    if (why == LOST_GONE)
+        e->expires = 0;
+    if (!e->stopped && !e->pending) {
+        e->pending = 1;
+        r->unreported++;
+    }
+}
+
+static void stop_entry(renewer *r, entry *e) {
+    e->stopped = 1;
+    if (e->pending) {
+        e->pending = 0;
+        r->unreported--;
+    }
+}
+
+/* Unlinks stopped entries; returns the live one due first and when. */
+static entry *next_due(renewer *r, double *when) {
+    entry **p = &r->list, *e, *best = NULL;
+    while ((e = *p) != NULL) {
+        double t;
+        if (e->stopped) {
+            *p = e->next;
+            e->in_list = 0;
+            entry_unref(e);
+            continue;
+        }
+        p = &e->next;
+        if (e->phase == IDLE)
+            continue;
+        t = e->phase == RENEWING ? e->next_due : e->expires;
+        if (best == NULL || t < *when) {
+            best = e;
+            *when = t;
+        }
+    }
+    return best;
+}
+
+/* --- the thread's I/O (without the mutex) ------------------------------- */
+
+static void untrack(renewer *r, int i) {
+    pthread_mutex_lock(&r->mu);
+    if (r->dupfd[i] >= 0) {
+        close(r->dupfd[i]);
+        r->dupfd[i] = -1;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Connects server i unless connected, and records a dup of the socket so
+ * that close() can shut it down. -1 when stopping or on failure. */
+static int connect_tracked(renewer *r, int i, char *err) {
+    redlock_conn *c = r->conns[i];
+    int stopping;
+    if (redlock_conn_fd(c) >= 0)
+        return 0;
+    untrack(r, i);
+    pthread_mutex_lock(&r->mu);
+    stopping = r->stopping;
+    pthread_mutex_unlock(&r->mu);
+    if (stopping) {
+        snprintf(err, ERRLEN, "closed: the client is closed");
+        return -1;
+    }
+    if (redlock_conn_ensure(c) != 0) {
+        snprintf(err, ERRLEN, "%s", redlock_conn_error(c));
+        return -1;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->dupfd[i] = dup(redlock_conn_fd(c)); /* -1: close just waits longer */
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static int is_noscript(const redisReply *rep) {
+    return rep->type == REDIS_REPLY_ERROR && rep->len >= 8 && memcmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The extend script on server i: 1 extended, 0 the token is not there,
+ * -1 failed (err says why). A dropped idle connection is retried once. */
+static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
+    const redlock_script *script = extend_script;
+    redlock_conn *c = r->conns[i];
+    const char *argv[6];
+    size_t len[6];
+    redisReply *rep = NULL;
+    int rc = 1, stale = 0, attempt, v = -1;
+    argv[2] = "1";
+    len[2] = 1;
+    argv[3] = e->key;
+    len[3] = e->keylen;
+    argv[4] = e->token;
+    len[4] = e->toklen;
+    argv[5] = ttl;
+    len[5] = strlen(ttl);
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (connect_tracked(r, i, err) != 0)
+            return -1;
+        argv[0] = "EVALSHA";
+        len[0] = 7;
+        argv[1] = script->sha;
+        len[1] = 40;
+        rc = redlock_conn_round_trip(c, 6, argv, len, &rep, &stale);
+        if (rc == 0 && is_noscript(rep)) {
+            freeReplyObject(rep);
+            rep = NULL;
+            argv[0] = "EVAL";
+            len[0] = 4;
+            argv[1] = script->source;
+            len[1] = strlen(script->source);
+            rc = redlock_conn_round_trip(c, 6, argv, len, &rep, &stale);
+        }
+        if (redlock_conn_fd(c) < 0)
+            untrack(r, i);
+        if (rc == 0 || !stale)
+            break;
+    }
+    if (rc != 0) {
+        snprintf(err, ERRLEN, "%s", redlock_conn_error(c));
+        return -1;
+    }
+    if (rep->type == REDIS_REPLY_INTEGER)
+        v = rep->integer == 1 ? 1 : 0;
+    else if (rep->type == REDIS_REPLY_ERROR)
+        snprintf(err, ERRLEN, "server: %s: %.*s", redlock_conn_name(c),
+                 (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+    else
+        snprintf(err, ERRLEN, "server: %s: unexpected reply to extend (type %d)",
+                 redlock_conn_name(c), rep->type);
+    freeReplyObject(rep);
+    return v;
+}
+
+/* One renewal round of e on every server. Called and returns with r->mu
+ * held; drops it during the I/O. */
+static void renew_one(renewer *r, entry *e, double now) {
+    double ext = e->ttl, drift, t0, t1;
+    int i, yes = 0, no = 0, n = r->nservers, gen = e->gen, stopping = 0;
+    char ttl[32], err[ERRLEN];
+    /* never extend past hold_until: the key expires then on its own */
+    if (e->hold_until - now < ext)
+        ext = floor(e->hold_until - now);
+    drift = ext * e->drift_factor + 2;
+    if (ext - drift < 1) {
+        e->phase = HOLDING;
+        return;
+    }
+    snprintf(ttl, sizeof ttl, "%.0f", ext);
+    err[0] = '\0';
+    pthread_mutex_unlock(&r->mu);
+
+    t0 = mono_ms();
+    for (i = 0; i < n && !stopping; i++) {
+        int v = extend_on(r, i, e, ttl, err);
+        if (v == 1)
+            yes++;
+        else if (v == 0)
+            no++;
+        pthread_mutex_lock(&r->mu);
+        stopping = r->stopping || e->stopped;
+        pthread_mutex_unlock(&r->mu);
+    }
+    t1 = mono_ms();
+
+    pthread_mutex_lock(&r->mu);
+    if (r->stopping || e->stopped || e->phase != RENEWING)
+        return;
+    if (yes >= e->quorum && t1 - t0 < ext - drift) {
+        double until = t0 + ext - drift;
+        /* An extend from Lua ran meanwhile on another connection: which one
+         * the servers applied last is unknown, so believe the shorter. */
+        e->expires = gen == e->gen || until < e->expires ? until : e->expires;
+        e->renewals++;
+        r->renewals++;
+        e->next_due = gen == e->gen ? t0 + e->interval : t1;
+        if (ext < e->ttl)
+            e->phase = HOLDING;
+    } else if (no > n - e->quorum) {
+        mark_lost(r, e, LOST_GONE);
+    } else {
+        double retry = (e->expires - t1) / 3;
+        e->failures++;
+        if (yes >= e->quorum)
+            snprintf(e->err, ERRLEN, "the renewal took %.0f ms, past its validity", t1 - t0);
+        else
+            snprintf(e->err, ERRLEN, "%s", err[0] ? err : "no quorum");
+        if (retry > e->interval)
+            retry = e->interval;
+        if (retry < MIN_RETRY_MS)
+            retry = MIN_RETRY_MS;
+        e->next_due = t1 + retry;
+    }
+}
+
+static void *renew_main(void *arg) {
+    renewer *r = (renewer *)arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping) {
+        double when = 0, now;
+        entry *e = next_due(r, &when);
+        if (e == NULL) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        now = mono_ms();
+        if (when > now) {
+            wait_until(r, when);
+            continue;
+        }
+        if (e->phase == HOLDING)
+            mark_lost(r, e, LOST_MAX_HOLD);
+        else if (now >= e->expires)
+            mark_lost(r, e, LOST_EXPIRED);
+        else if (now >= e->hold_until)
+            e->phase = HOLDING;
+        else
+            renew_one(r, e, now);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Starts the thread with every signal blocked, so that signals go to the
+ * host's threads and a write to a dropped socket cannot kill the process
+ * with SIGPIPE. Under r->mu. Returns 0 or an errno. */
+static int start_thread(renewer *r) {
+    sigset_t all, old;
+    int rc;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&r->thread, NULL, renew_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        r->started = 1;
+        count_threads(1);
+    }
+    return rc;
+}
+
+/* --- renewer lifetime ---------------------------------------------------- */
+
+static renewer *renewer_alloc(int n) {
+    pthread_condattr_t ca;
+    renewer *r = calloc(1, sizeof *r);
+    int i, ok;
+    if (r == NULL)
+        return NULL;
+    r->conns = calloc((size_t)n, sizeof *r->conns);
+    r->dupfd = malloc((size_t)n * sizeof *r->dupfd);
+    ok = r->conns != NULL && r->dupfd != NULL && pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&r->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (ok && pthread_mutex_init(&r->mu, NULL) != 0) {
+        pthread_cond_destroy(&r->cv);
+        ok = 0;
+    }
+    if (!ok) {
+        free(r->conns);
+        free(r->dupfd);
+        free(r);
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        r->dupfd[i] = -1;
+    r->nservers = n;
+    r->refs = 1;
+    return r;
+}
+
+static void renewer_free(renewer *r) {
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->conns);
+    free(r->dupfd);
+    free(r);
+}
+
+/* Stops and joins the thread, frees its connections, stops every entry.
+ * Idempotent. */
+static void renewer_shutdown(renewer *r) {
+    entry *e, *next;
+    int i, started;
+    pthread_mutex_lock(&r->mu);
+    if (r->closed) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    r->closed = 1;
+    r->stopping = 1;
+    for (i = 0; i < r->nservers; i++)
+        if (r->dupfd[i] >= 0)
+            shutdown(r->dupfd[i], SHUT_RDWR); /* wakes a blocked read */
+    pthread_cond_broadcast(&r->cv);
+    started = r->started;
+    pthread_mutex_unlock(&r->mu);
+    if (started) {
+        pthread_join(r->thread, NULL);
+        count_threads(-1);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (i = 0; i < r->nservers; i++) {
+        redlock_conn_free(r->conns[i]);
+        r->conns[i] = NULL;
+        if (r->dupfd[i] >= 0)
+            close(r->dupfd[i]);
+        r->dupfd[i] = -1;
+    }
+    for (e = r->list; e != NULL; e = next) {
+        next = e->next;
+        stop_entry(r, e);
+        e->in_list = 0;
+        entry_unref(e);
+    }
+    r->list = NULL;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Drops one reference; frees the renewer at the last one. */
+static void renewer_unref(renewer *r) {
+    int last;
+    pthread_mutex_lock(&r->mu);
+    last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        renewer_free(r);
+}
+
+/* --- Lua: renewer -------------------------------------------------------- */
+
+static renewer_ud *check_renewer(lua_State *L) {
+    return (renewer_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWER_MT);
+}
+
+static renewer *open_renewer(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    if (ud->r == NULL || ud->r->closed)
+        luaL_error(L, "attempt to use a closed renewer");
+    return ud->r;
+}
+
+/* core.renewer({conn, ...}) */
+static int renewer_new(lua_State *L) {
+    int n, i;
+    renewer_ud *ud;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = (int)lua_rawlen(L, 1);
+    luaL_argcheck(L, n >= 1 && n <= MAX_SERVERS, 1, "1 to 64 conns expected");
+    for (i = 1; i <= n; i++) {
+        redlock_conn *c;
+        lua_rawgeti(L, 1, i);
+        c = (redlock_conn *)luaL_testudata(L, -1, REDLOCK_CONN_MT);
+        if (c == NULL)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "conn expected at [%d]", i));
+        if (redlock_conn_closed(c))
+            return luaL_argerror(L, 1, lua_pushfstring(L, "conn [%d] is closed", i));
+        lua_pop(L, 1);
+    }
+    ud = (renewer_ud *)lua_newuserdata(L, sizeof *ud);
+    ud->r = NULL;
+    luaL_getmetatable(L, REDLOCK_RENEWER_MT);
+    lua_setmetatable(L, -2);
+    ud->r = renewer_alloc(n);
+    if (ud->r == NULL)
+        return luaL_error(L, "out of memory");
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        ud->r->conns[i] = redlock_conn_clone((redlock_conn *)lua_touserdata(L, -1));
+        lua_pop(L, 1);
+        if (ud->r->conns[i] == NULL)
+            return luaL_error(L, "out of memory"); /* __gc frees the others */
+    }
+    return 1;
+}
+
+static lua_Number check_ms(lua_State *L, int arg, lua_Number lo) {
+    lua_Number v = luaL_checknumber(L, arg);
+    luaL_argcheck(L, v >= lo && v <= 9007199254740992.0, arg, "out of range");
+    return v;
+}
+
+/* renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor) */
+static int renewer_add(lua_State *L) {
+    renewer *r;
+    renewal_ud *h;
+    entry *e;
+    size_t klen, tlen;
+    const char *key = luaL_checklstring(L, 2, &klen);
+    const char *token = luaL_checklstring(L, 3, &tlen);
+    lua_Number ttl = check_ms(L, 4, 3), expires = check_ms(L, 5, -1e300);
+    lua_Number hold = check_ms(L, 6, -1e300);
+    lua_Integer quorum = luaL_checkinteger(L, 7);
+    lua_Number drift = luaL_checknumber(L, 8);
+    int rc = 0;
+    luaL_argcheck(L, drift >= 0 && drift < 1, 8, "out of range");
+    r = open_renewer(L);
+    luaL_argcheck(L, quorum >= 1 && quorum <= r->nservers, 7, "out of range");
+    h = (renewal_ud *)lua_newuserdata(L, sizeof *h);
+    h->e = NULL;
+    luaL_getmetatable(L, REDLOCK_RENEWAL_MT);
+    lua_setmetatable(L, -2);
+    e = calloc(1, sizeof *e + klen + tlen + 2);
+    if (e == NULL)
+        return luaL_error(L, "out of memory");
+    e->key = (char *)(e + 1);
+    memcpy(e->key, key, klen);
+    e->keylen = klen;
+    e->token = e->key + klen + 1;
+    memcpy(e->token, token, tlen);
+    e->toklen = tlen;
+    e->r = r;
+    e->refs = 2;
+    e->in_list = 1;
+    e->phase = RENEWING;
+    e->ttl = ttl;
+    e->interval = ttl / 3;
+    e->expires = expires;
+    e->hold_until = hold;
+    e->drift_factor = drift;
+    e->quorum = (int)quorum;
+    e->next_due = mono_ms() + e->interval;
+
+    pthread_mutex_lock(&r->mu);
+    if (!r->started)
+        rc = start_thread(r);
+    if (rc != 0) {
+        pthread_mutex_unlock(&r->mu);
+        free(e);
+        return luaL_error(L, "cannot start the renewal thread (%s)", strerror(rc));
+    }
+    e->id = ++r->next_id;
+    e->next = r->list;
+    r->list = e;
+    r->refs++;
+    h->e = e;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    lua_pushinteger(L, e->id);
+    return 2;
+}
+
+/* renewer:take_lost() -> {id, ...} of entries lost since the last call (at
+ * most 32 a call), or nil */
+static int renewer_take_lost(lua_State *L) {
+    renewer *r = open_renewer(L);
+    lua_Integer ids[MAX_TAKE];
+    int n = 0, i;
+    entry *e;
+    pthread_mutex_lock(&r->mu);
+    for (e = r->list; e != NULL && r->unreported > 0 && n < MAX_TAKE; e = e->next) {
+        if (e->pending) {
+            e->pending = 0;
+            r->unreported--;
+            ids[n++] = e->id;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (n == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, n, 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, ids[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* renewer:pending() -> whether take_lost has something: the cheap test run
+ * at the start of every call on a client */
+static int renewer_pending(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    int n = 0;
+    if (ud->r != NULL) {
+        pthread_mutex_lock(&ud->r->mu);
+        n = ud->r->unreported;
+        pthread_mutex_unlock(&ud->r->mu);
+    }
+    lua_pushboolean(L, n > 0);
+    return 1;
+}
+
+/* renewer:stats() -> entries renewing or holding, renewals made, running */
+static int renewer_stats(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    renewer *r = ud->r;
+    lua_Integer live = 0;
+    lua_Number renewals = 0;
+    int running = 0;
+    entry *e;
+    if (r != NULL) {
+        pthread_mutex_lock(&r->mu);
+        for (e = r->list; e != NULL; e = e->next)
+            if (!e->stopped && e->phase != IDLE)
+                live++;
+        renewals = (lua_Number)r->renewals;
+        running = r->started && !r->closed;
+        pthread_mutex_unlock(&r->mu);
+    }
+    lua_pushinteger(L, live);
+    lua_pushnumber(L, renewals);
+    lua_pushboolean(L, running);
+    return 3;
+}
+
+static int renewer_close(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    if (ud->r != NULL)
+        renewer_shutdown(ud->r);
+    return 0;
+}
+
+static int renewer_gc(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    if (ud->r != NULL) {
+        renewer_shutdown(ud->r);
+        renewer_unref(ud->r);
+        ud->r = NULL;
+    }
+    return 0;
+}
+
+static int renewer_tostring(lua_State *L) {
+    renewer_ud *ud = check_renewer(L);
+    if (ud->r == NULL || ud->r->closed)
+        lua_pushliteral(L, "redlock.renewer (closed)");
+    else
+        lua_pushfstring(L, "redlock.renewer (%d servers)", ud->r->nservers);
+    return 1;
+}
+
+/* --- Lua: renewal -------------------------------------------------------- */
+
+static entry *check_renewal(lua_State *L) {
+    renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
+    if (h->e == NULL)
+        luaL_error(L, "attempt to use a collected renewal");
+    return h->e;
+}
+
+static int renewal_state(lua_State *L) {
+    entry *e = check_renewal(L);
+    renewer *r = e->r;
+    enum phase phase;
+    enum lost lost;
+    double expires;
+    lua_Number renewals, failures;
+    char err[ERRLEN];
+    pthread_mutex_lock(&r->mu);
+    phase = e->stopped ? IDLE : e->phase;
+    lost = e->lost;
+    expires = e->expires;
+    renewals = (lua_Number)e->renewals;
+    failures = (lua_Number)e->failures;
+    memcpy(err, e->err, ERRLEN);
+    pthread_mutex_unlock(&r->mu);
+    lua_pushstring(L, phase_words[phase]);
+    lua_pushnumber(L, expires);
+    lua_pushnumber(L, renewals);
+    lua_pushnumber(L, failures);
+    if (lost != NOT_LOST)
+        lua_pushstring(L, lost_words[lost]);
+    else
+        lua_pushnil(L);
+    if (err[0] != '\0')
+        lua_pushstring(L, err);
+    else
+        lua_pushnil(L);
+    return 6;
+}
+
+static int renewal_expires(lua_State *L) {
+    entry *e = check_renewal(L);
+    double expires;
+    pthread_mutex_lock(&e->r->mu);
+    expires = e->lost == LOST_GONE ? 0 : e->expires;
+    pthread_mutex_unlock(&e->r->mu);
+    lua_pushnumber(L, expires);
+    return 1;
+}
+
+static int renewal_lost(lua_State *L) {
+    entry *e = check_renewal(L);
+    enum lost lost;
+    pthread_mutex_lock(&e->r->mu);
+    lost = e->lost;
+    pthread_mutex_unlock(&e->r->mu);
+    if (lost == NOT_LOST)
+        lua_pushnil(L);
+    else
+        lua_pushstring(L, lost_words[lost]);
+    return 1;
+}
+
+/* renewal:update(ttl, expires): Lua extended the lock itself */
+static int renewal_update(lua_State *L) {
+    entry *e = check_renewal(L);
+    lua_Number ttl = check_ms(L, 2, 3), expires = check_ms(L, 3, -1e300);
+    renewer *r = e->r;
+    pthread_mutex_lock(&r->mu);
+    if (e->lost == NOT_LOST) {
+        e->ttl = ttl;
+        e->interval = ttl / 3;
+        e->expires = expires;
+        e->next_due = mono_ms() + e->interval;
+        e->gen++;
+        pthread_cond_signal(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static int renewal_stop(lua_State *L) {
+    entry *e = check_renewal(L);
+    pthread_mutex_lock(&e->r->mu);
+    stop_entry(e->r, e);
+    pthread_mutex_unlock(&e->r->mu);
+    return 0;
+}
+
+static int renewal_gc(lua_State *L) {
+    renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
+    entry *e = h->e;
+    renewer *r;
+    if (e == NULL)
+        return 0;
+    h->e = NULL;
+    r = e->r;
+    pthread_mutex_lock(&r->mu);
+    stop_entry(r, e);
+    entry_unref(e);
+    pthread_mutex_unlock(&r->mu);
+    renewer_unref(r);
+    return 0;
+}
+
+/* core.renew_threads() -> renewal threads running in this process */
+static int core_renew_threads(lua_State *L) {
+    int n;
+    pthread_mutex_lock(&count_mu);
+    n = live_threads;
+    pthread_mutex_unlock(&count_mu);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+void redlock_renew_open(lua_State *L) {
+    static const luaL_Reg renewer_methods[] = {
+        {"add", renewer_add},     {"take_lost", renewer_take_lost},
+        {"pending", renewer_pending}, {"stats", renewer_stats},
+        {"close", renewer_close}, {NULL, NULL},
+    };
+    static const luaL_Reg renewer_meta[] = {
+        {"__gc", renewer_gc},
+        {"__close", renewer_close},
+        {"__tostring", renewer_tostring},
+        {NULL, NULL},
+    };
+    static const luaL_Reg renewal_methods[] = {
+        {"state", renewal_state}, {"expires", renewal_expires}, {"lost", renewal_lost},
+        {"update", renewal_update}, {"stop", renewal_stop},     {NULL, NULL},
+    };
+    static const luaL_Reg renewal_meta[] = {
+        {"__gc", renewal_gc},
+        {NULL, NULL},
+    };
+    /* fills the SHA-1 names before any thread reads them */
+    extend_script = redlock_script_find("extend");
+    if (luaL_newmetatable(L, REDLOCK_RENEWER_MT)) {
+        luaL_setfuncs(L, renewer_meta, 0);
+        luaL_newlib(L, renewer_methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, REDLOCK_RENEWAL_MT)) {
+        luaL_setfuncs(L, renewal_meta, 0);
+        luaL_newlib(L, renewal_methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, renewer_new);
+    lua_setfield(L, -2, "renewer");
+    lua_pushcfunction(L, core_renew_threads);
+    lua_setfield(L, -2, "renew_threads");
+}

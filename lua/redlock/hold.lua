@@ -1,0 +1,224 @@
+--- Holding a lock: background renewal (the C watchdog of csrc/renew.c),
+-- the lost-lock signal (lock:lost(), opts.on_lost) and re-entrant holds.
+-- Internal; redlock.lua calls it at the points named below.
+--
+-- on_lost runs in the caller's own thread, never in the renewal thread: at
+-- the start of every call on the client or on one of its locks (acquire,
+-- try_acquire, with_lock, close, remaining, lost, extend, release), and in
+-- with_lock right after fn returns or raises; also inside extend/release
+-- when they are the ones to find the token gone. It runs once per lock.
+local core = require "redlock.core"
+local options = require "redlock.options"
+
+local new_renewer, now = core.renewer, core.now
+local checks = options.checks
+local setmetatable, ipairs, next, error, pcall = setmetatable, ipairs, next, error, pcall
+local floor, format = math.floor, string.format
+
+local _M = {}
+
+local WEAK_V = { __mode = "v" }
+local WEAK_KV = { __mode = "kv" }
+
+--- Default bound on renewal: 10 minutes after the acquire.
+_M.MAX_HOLD = 600000
+
+checks.owner = function(fname, name, v)
+    if v ~= v then error(format("bad option '%s' to '%s' (not NaN)", name, fname), 5) end
+    return v
+end
+
+-- renew: nil means "with_lock renews, acquire does not".
+options.CALL.renew = checks.boolean
+options.CALL.max_hold = checks.positive_integer
+options.CALL.on_lost = checks.callable
+options.CALL.reentrant = checks.boolean
+options.CALL.owner = checks.owner
+options.DEFAULTS.max_hold = _M.MAX_HOLD
+options.DEFAULTS.reentrant = false
+
+--- Runs lock's on_lost once, the first time the library learns of the loss.
+local function report(lock, why)
+    if lock.lost_reported then return end
+    lock.lost_reported = true
+    local on_lost = lock.on_lost
+    if on_lost then on_lost(lock, why) end
+end
+
+--- Runs the on_lost of every lock the renewal thread found lost since the
+-- last call. Cheap when nothing happened: one C call, or none for a client
+-- that never renewed.
+function _M.dispatch(client)
+    local r = client.renewer
+    if r == nil or not r:pending() then return end
+    local ids = r:take_lost()
+    while ids do
+        for _, id in ipairs(ids) do
+            local lock = client.renewing[id]
+            if lock then report(lock, lock.renewal:lost()) end
+        end
+        ids = r:take_lost()
+    end
+end
+
+-- Renewal needs the extend script on every server (legacy mode has none).
+local function renewable(client)
+    for _, server in ipairs(client.servers) do
+        if server.ops.name ~= "script" then return false end
+    end
+    return true
+end
+
+local function start_renewal(lock, max_hold, t0)
+    local client = lock.client
+    if lock.ttl < 3 or not renewable(client) then return end
+    local r = client.renewer
+    if r == nil then
+        local conns = {}
+        for i, server in ipairs(client.servers) do conns[i] = server.conn end
+        r = new_renewer(conns)
+        client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
+    end
+    local n = #client.servers
+    local h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
+        floor(n / 2) + 1, client.drift_factor)
+    lock.renewal = h
+    client.renewing[id] = lock
+end
+
+--- A lock was just taken (t0: before the request). Records its re-entrant
+-- hold and starts its renewal. If the renewal thread cannot start, the lock
+-- is released and the error raised again.
+function _M.taken(lock, o, renew, t0)
+    lock.holds = 1
+    lock.on_lost = o.on_lost
+    if o.reentrant then
+        local client, owner = lock.client, o.owner
+        if owner == nil then owner = client end
+        local holds = client.holds
+        if holds == nil then
+            holds = {}
+            client.holds = holds
+        end
+        local by_owner = holds[lock.key]
+        if by_owner == nil then
+            by_owner = setmetatable({}, WEAK_KV)
+            holds[lock.key] = by_owner
+        end
+        by_owner[owner] = lock
+        lock.owner = owner
+    end
+    if renew then
+        local ok, err = pcall(start_renewal, lock, o.max_hold, t0)
+        if not ok then
+            lock:release()
+            error(err, 0)
+        end
+    end
+    return lock
+end
+
+--- The validity end of lock as this client knows it (ms, monotonic).
+function _M.expires(lock)
+    local h = lock.renewal
+    if h then return h:expires() end
+    return lock.expires
+end
+
+--- Why lock is lost, or nil: the renewal (or extend/release) found the token
+-- gone ("gone"), the validity ran out before a renewal ("expired"), or the
+-- renewal stopped at max_hold and the validity then ran out ("max_hold").
+function _M.lost(lock)
+    if lock.lost_reason then return lock.lost_reason end
+    if lock.released then return nil end
+    local h = lock.renewal
+    local why = h and h:lost()
+    if why then return why end
+    if _M.expires(lock) - now() <= 0 then
+        local phase = h and h:state()
+        return phase == "holding" and "max_hold" or "expired"
+    end
+    return nil
+end
+
+--- The renewal's own finding only (what release and with_lock trust: a
+-- lock without renewal is judged by the server's answer alone).
+function _M.renewal_lost(lock)
+    if lock.lost_reason then return lock.lost_reason end
+    local h = lock.renewal
+    return h and h:lost()
+end
+
+--- extend or release found the token gone: stop renewing, tell on_lost.
+function _M.found_gone(lock)
+    lock.lost_reason = lock.lost_reason or "gone"
+    if lock.renewal then lock.renewal:stop() end
+    report(lock, lock.lost_reason)
+end
+
+--- A Lua-side extend succeeded: the renewal continues from it.
+function _M.extended(lock)
+    local h = lock.renewal
+    if h then h:update(lock.ttl, lock.expires) end
+end
+
+--- Before the release request: stop renewing, so that a renewal in flight
+-- that finds the key deleted does not report a loss.
+function _M.stop(lock)
+    local h = lock.renewal
+    if h then h:stop() end
+end
+
+--- The lock is released (or known lost at its release): forget its hold.
+function _M.forget(lock)
+    local owner = lock.owner
+    if owner == nil then return end
+    local holds = lock.client.holds
+    local by_owner = holds and holds[lock.key]
+    if by_owner and by_owner[owner] == lock then
+        by_owner[owner] = nil
+        if next(by_owner) == nil then holds[lock.key] = nil end
+    end
+end
+
+--- Re-entry: the lock `owner` (opts.owner, default the client) already
+-- holds on key, with one more hold counted; nil when it holds none (or
+-- holds one that is lost: then a fresh acquire follows); nil, err, code when
+-- topping up the validity failed on the way.
+function _M.reenter(client, key, o, renew)
+    local holds = client.holds
+    local owner = o.owner
+    if owner == nil then owner = client end
+    local by_owner = holds and holds[key]
+    local lock = by_owner and by_owner[owner]
+    if lock == nil then return nil end
+    if lock.released or _M.lost(lock) then
+        _M.forget(lock)
+        return nil
+    end
+    -- the new hold gets at least the validity its ttl asks for
+    if not lock.renewal and _M.expires(lock) - now() < o.ttl * (1 - client.drift_factor) - 2 then
+        local ok, err, code = lock:extend(o.ttl)
+        if not ok then
+            if code == "not owner" then
+                _M.forget(lock)
+                return nil
+            end
+            return nil, err, code
+        end
+    end
+    if renew and not lock.renewal then
+        local ok, err = pcall(start_renewal, lock, o.max_hold, now())
+        if not ok then error(err, 0) end
+    end
+    lock.holds = lock.holds + 1
+    return lock
+end
+
+--- Stops the renewal thread (joined) and its connections.
+function _M.close(client)
+    local r = client.renewer
+    if r then r:close() end
+end
+
+return _M
