@@ -310,7 +310,7 @@ function Lock:release()
         self.released = true
         hold.forget(self)
         hold.found_gone(self)
-        return not_owner(self, where, "it expired or was taken over")
+        return not_owner(self, where, lost and "lost: " .. lost or "it expired or was taken over")
     end
     return nil, format("%s (releasing %s)", where, show_key(self.key)), code
 end

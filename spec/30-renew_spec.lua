@@ -1,0 +1,307 @@
+-- Background renewal (the C watchdog), its bound, and the lost-lock signal.
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local WORKER = "spec/workers/lock_worker.lua"
+
+-- Polls cond every 20 ms for at most ms; returns whether it became true.
+local function eventually(ms, cond)
+    local deadline = core.now() + ms
+    repeat
+        if cond() then return true end
+        core.sleep(20)
+    until core.now() > deadline
+    return cond() and true or false
+end
+
+describe("renewal", function()
+    local server, client, data
+
+    setup(function()
+        server = helper.start_server()
+        client = redlock.new { servers = { server:url() }, retry_delay = 10, retry_jitter = 5 }
+        data = core.conn(server:spec())
+    end)
+    teardown(function()
+        client:close()
+        data:close()
+        helper.stop_all()
+    end)
+
+    it("keeps a with_lock (ttl 500) around a 1.6 s fn: another process cannot take it at 1.2 s; "
+        .. "afterwards the key is gone and no renewal runs", function()
+        local key = helper.key()
+        local at = string.format("%.0f", core.now() + 1200)
+        local worker = helper.spawn(WORKER, "try_at", server:url(), key, at)
+        local ok, token = client:with_lock(key, { ttl = 500 }, function(lock)
+            core.sleep(1600)
+            assert.equal(lock.token, data:command("GET", key))
+            assert.is_false((lock:lost()))
+            return lock.token
+        end)
+        assert.is_true(ok)
+        assert.equal(32, #token)
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        assert.matches("\nlocked\n", out)
+        assert.equal(0, data:command("EXISTS", key))
+        local live, renewals, running = client.renewer:stats()
+        assert.equal(0, live)
+        assert.is_true(renewals >= 4, "renewals: " .. renewals)
+        assert.is_true(running)
+        core.sleep(500) -- three renewal periods
+        local live2, renewals2 = client.renewer:stats()
+        assert.equal(0, live2)
+        assert.equal(renewals, renewals2)
+        assert.equal(0, data:command("EXISTS", key))
+    end)
+
+    it("lock:remaining() reflects the background renewals", function()
+        local lock = assert(client:acquire(helper.key(), { ttl = 300, renew = true }))
+        core.sleep(700)
+        local left = lock:remaining()
+        assert.is_true(left > 0 and left <= 300, "remaining " .. left)
+        assert.is_false((lock:lost()))
+        assert.is_true(lock:release())
+        assert.equal(0, lock:remaining())
+    end)
+
+    it("acquire does not renew unless asked", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 200 }))
+        assert.is_nil(lock.renewal)
+        core.sleep(400)
+        assert.equal(0, data:command("EXISTS", key))
+        assert.is_true((lock:lost()))
+    end)
+
+    it("a key deleted by hand during fn: with_lock returns 'not owner' and on_lost ran", function()
+        local key = helper.key()
+        local seen, seen_lock
+        local ok, err, code = client:with_lock(key, {
+            ttl = 600,
+            on_lost = function(lock, why) seen, seen_lock = why, lock end,
+        }, function(lock)
+            data:command("DEL", key)
+            -- the renewal finds the token gone within one period (200 ms);
+            -- lock:lost() reads C memory and runs on_lost first
+            assert.is_true(eventually(3000, function() return (lock:lost()) end))
+            assert.equal("gone", seen)
+            assert.equal(0, lock:remaining())
+            return "done"
+        end)
+        assert.is_nil(ok)
+        assert.equal("not owner", code)
+        assert.matches("^not owner: .*lost: gone", err)
+        assert.equal("gone", seen)
+        assert.equal(key, seen_lock.key)
+    end)
+
+    it("on_lost also runs when the release is what finds the token gone", function()
+        local key = helper.key()
+        local calls = 0
+        local ok, _, code = client:with_lock(key, {
+            ttl = 30000, on_lost = function() calls = calls + 1 end,
+        }, function() data:command("DEL", key) end)
+        assert.is_nil(ok)
+        assert.equal("not owner", code)
+        assert.equal(1, calls)
+    end)
+
+    it("on_lost runs at the start of the next call on the client", function()
+        local key = helper.key()
+        local ran = false
+        local lock = assert(client:acquire(key, {
+            ttl = 300, renew = true, on_lost = function() ran = true end,
+        }))
+        data:command("DEL", key)
+        core.sleep(600) -- no call into the library meanwhile
+        assert.is_false(ran)
+        assert.is_true(eventually(3000, function()
+            client:try_acquire(helper.key(), { ttl = 100 })
+            return ran
+        end))
+        local _, _, code = lock:release()
+        assert.equal("not owner", code)
+    end)
+
+    it("an error raised by on_lost comes out of with_lock after the release", function()
+        local key = helper.key()
+        local boom = {}
+        local ok, err = pcall(client.with_lock, client, key, {
+            ttl = 300, on_lost = function() error(boom) end,
+        }, function()
+            data:command("DEL", key)
+            core.sleep(500)
+            data:command("SET", key, "someone-else")
+        end)
+        assert.is_false(ok)
+        assert.equal(boom, err)
+        assert.equal("someone-else", data:command("GET", key))
+    end)
+
+    it("renewal stops at max_hold, then the key expires on its own and the lock is lost", function()
+        local key = helper.key()
+        local why
+        local t0 = core.now()
+        local lock = assert(client:acquire(key, {
+            ttl = 300, renew = true, max_hold = 900, on_lost = function(_, w) why = w end,
+        }))
+        core.sleep(600)
+        assert.equal(lock.token, data:command("GET", key)) -- renewed past its ttl
+        assert.is_true(eventually(3000, function() return data:command("EXISTS", key) == 0 end))
+        local gone = core.now() - t0
+        assert.is_true(gone >= 700 and gone < 2500, "gone after " .. gone)
+        local lost, reason = lock:lost()
+        assert.is_true(lost)
+        assert.equal("max_hold", reason)
+        assert.equal("max_hold", why)
+        assert.equal(0, lock:remaining())
+        local _, _, code = lock:release()
+        assert.equal("not owner", code)
+    end)
+
+    it("lost() and remaining() answer from memory, without a round trip", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 300, renew = true }))
+        data:command("DEL", key)
+        assert.is_true(eventually(3000, function() return lock.renewal:lost() ~= nil end))
+        local function processed()
+            return tonumber(data:command("INFO", "stats"):match("total_commands_processed:(%d+)"))
+        end
+        local before = processed()
+        for _ = 1, 100 do
+            assert.is_true((lock:lost()))
+            assert.equal(0, lock:remaining())
+        end
+        assert.equal(before + 1, processed()) -- the second INFO only
+    end)
+
+    it("extend() on a renewing lock sets the ttl the renewals use", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 300, renew = true }))
+        assert.is_true(lock:extend(3000))
+        core.sleep(1300) -- one renewal, 1 s after the extend
+        local pttl = data:command("PTTL", key)
+        assert.is_true(pttl > 2000, "pttl " .. pttl)
+        assert.is_true(lock:remaining() > 1500)
+        assert.is_true(lock:release())
+    end)
+
+    describe("lifetime", function()
+        it("close() stops and joins the thread; release stops the lock's renewal", function()
+            local base = core.renew_threads()
+            local c = redlock.new { servers = { server:url() } }
+            local key = helper.key()
+            local lock = assert(c:acquire(key, { ttl = 300, renew = true }))
+            assert.equal(base + 1, core.renew_threads())
+            assert.equal(1, (c.renewer:stats()))
+            assert.is_true(lock:release())
+            assert.equal(0, (c.renewer:stats()))
+            c:close()
+            assert.equal(base, core.renew_threads())
+            assert.is_false(select(3, c.renewer:stats()))
+        end)
+
+        it("garbage collection of the lock stops its renewal; the key then expires", function()
+            local key = helper.key()
+            do
+                local lock = assert(client:acquire(key, { ttl = 300, renew = true }))
+                assert.truthy(lock.renewal)
+            end
+            collectgarbage()
+            collectgarbage()
+            assert.equal(0, (client.renewer:stats()))
+            assert.is_true(eventually(3000, function() return data:command("EXISTS", key) == 0 end))
+        end)
+
+        it("garbage collection of the client joins its thread", function()
+            local base = core.renew_threads()
+            local key = helper.key()
+            do
+                local c = redlock.new { servers = { server:url() } }
+                assert(c:acquire(key, { ttl = 300, renew = true }))
+                assert.equal(base + 1, core.renew_threads())
+            end
+            collectgarbage()
+            collectgarbage()
+            assert.equal(base, core.renew_threads())
+            assert.is_true(eventually(3000, function() return data:command("EXISTS", key) == 0 end))
+        end)
+
+        it("close() does not wait for a server that stopped answering", function()
+            local frozen = helper.start_server()
+            local base = core.renew_threads()
+            local c = redlock.new { servers = { frozen:url() }, timeout = 20000 }
+            assert(c:acquire(helper.key(), { ttl = 300, renew = true }))
+            frozen:freeze()
+            core.sleep(300) -- the thread now waits for a reply that does not come
+            local t0 = core.now()
+            c:close()
+            local took = core.now() - t0
+            frozen:thaw()
+            assert.equal(base, core.renew_threads())
+            assert.is_true(took < 5000, "close took " .. took)
+            frozen:stop()
+        end)
+    end)
+
+    describe("on three servers (Redlock)", function()
+        local servers, conns
+
+        setup(function()
+            servers, conns = {}, {}
+            for i = 1, 3 do
+                servers[i] = helper.start_server()
+                conns[i] = core.conn(servers[i]:spec())
+            end
+        end)
+        teardown(function()
+            for i = 1, 3 do conns[i]:close() end
+        end)
+
+        local function set_all(key, token, ttl)
+            for i = 1, 3 do
+                if servers[i].pid and helper.alive(servers[i].pid) then
+                    assert(conns[i]:command("SET", key, token, "PX", ttl))
+                end
+            end
+        end
+
+        it("counts a renewal with a majority and marks the lock lost without one", function()
+            local renewer = core.renewer(conns)
+            local key, token = helper.key(), core.token()
+            set_all(key, token, 300)
+            local h = renewer:add(key, token, 300, core.now() + 295, core.now() + 60000, 2, 0.01)
+            -- a second lock: two servers say its token is gone
+            local key2, token2 = helper.key(), core.token()
+            set_all(key2, token2, 3000)
+            local h2 = renewer:add(key2, token2, 300, core.now() + 295, core.now() + 60000, 2, 0.01)
+            conns[1]:command("DEL", key2)
+            conns[2]:command("SET", key2, "someone-else")
+            assert.is_true(eventually(3000, function() return h2:lost() ~= nil end))
+            assert.equal("gone", h2:lost())
+
+            core.sleep(500)
+            for i = 1, 3 do assert.equal(token, conns[i]:command("GET", key)) end
+            servers[3]:kill() -- one of three down: a majority still renews
+            local _, _, before = h:state()
+            core.sleep(700)
+            local phase, _, after, failures = h:state()
+            assert.equal("renewing", phase)
+            assert.is_true(after >= before + 3, "renewals " .. before .. " -> " .. after)
+            assert.is_true(failures == 0, "failures " .. failures)
+            for i = 1, 2 do assert.equal(token, conns[i]:command("GET", key)) end
+            assert.is_nil(h:lost())
+
+            -- one yes, one no, one down: no majority, so the validity runs out
+            conns[1]:command("DEL", key)
+            assert.is_true(eventually(3000, function() return h:lost() ~= nil end))
+            assert.equal("expired", h:lost())
+            local _, _, _, _, _, err = h:state()
+            assert.matches("^connection: ", err) -- the server that is down
+            renewer:close()
+        end)
+    end)
+end)

@@ -1,0 +1,177 @@
+-- Notified waiting: waiters block in BLPOP on the lock's wake-up list, which
+-- the release script fills; never longer than the holder's PTTL or the
+-- waiter's remaining wait.
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local WORKER = "spec/workers/lock_worker.lua"
+
+local function eventually(ms, cond)
+    local deadline = core.now() + ms
+    repeat
+        if cond() then return true end
+        core.sleep(20)
+    until core.now() > deadline
+    return cond() and true or false
+end
+
+-- The output a worker printed so far.
+local function output(worker)
+    local f = io.open(worker.dir .. "/out")
+    if not f then return "" end
+    local out = f:read("*a")
+    f:close()
+    return out
+end
+
+describe("notified waiting", function()
+    local server, client, data
+
+    setup(function()
+        server = helper.start_server()
+        client = redlock.new { servers = { server:url() } }
+        data = core.conn(server:spec())
+    end)
+    teardown(function()
+        client:close()
+        data:close()
+        helper.stop_all()
+    end)
+
+    -- How many clients are blocked in BLPOP now.
+    local function blocked()
+        local n = 0
+        for line in data:command("CLIENT", "LIST"):gmatch("[^\n]+") do
+            if line:find("cmd=blpop", 1, true) and line:find("flags=b", 1, true) then n = n + 1 end
+        end
+        return n
+    end
+
+    local function evalsha_calls()
+        local info = data:command("INFO", "commandstats")
+        return tonumber(info:match("cmdstat_evalsha:calls=(%d+)")) or 0
+    end
+
+    it("with retry_delay 2000, a waiter in another process gets the lock soon after the release, "
+        .. "and does not poll meanwhile", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        local calls = evalsha_calls()
+        core.sleep(500)
+        assert.equal(calls, evalsha_calls(), "the waiter polled")
+        local released_at = core.now()
+        assert.is_true(lock:release())
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        local got = tonumber(out:match("acquired (%S+)"))
+        assert.is_true(got - released_at < 1000, "waited " .. (got - released_at) .. " ms after the release")
+    end)
+
+    it("a crashed holder (SIGKILL) is succeeded right after its ttl, not after wait", function()
+        local key = helper.key()
+        local holder = helper.spawn(WORKER, "hold", server:url(), key, 1500)
+        assert.is_true(eventually(5000, function() return output(holder):find("held") ~= nil end))
+        local held_at = core.now()
+        local pid = output(holder):match("pid (%d+)")
+        os.execute("kill -KILL " .. pid)
+        local lock = assert(client:acquire(key, { wait = 8000, retry_delay = 5000, retry_jitter = 0 }))
+        local took = core.now() - held_at
+        assert.is_true(took < 1500 + 1000, "took " .. took .. " ms")
+        assert.is_true(lock:release())
+        holder:wait()
+    end)
+
+    it("a woken waiter beaten by a newcomer waits again, keeping its budget", function()
+        local key = helper.key()
+        local wake = "{" .. key .. "}:wake"
+        assert(client:acquire(key, { ttl = 10000 })) -- never released: see the EVAL below
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 5000, 6000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end))
+        -- release and a newcomer's SET NX PX in one step: the waiter wakes
+        -- and finds the key taken again
+        data:command("EVAL", [[
+            redis.call('DEL', KEYS[1])
+            redis.call('RPUSH', KEYS[2], '1')
+            redis.call('SET', KEYS[1], 'newcomer', 'PX', 1000)
+        ]], 2, key, wake)
+        local beaten_at = core.now()
+        assert.is_true(eventually(3000, function() return blocked() == 1 end), "waiter gone")
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        local waited = tonumber(out:match("acquired (%S+)")) - beaten_at
+        -- the newcomer never releases: the waiter gets it at its expiry
+        assert.is_true(waited >= 700 and waited < 2500, "waited " .. waited)
+    end)
+
+    it("several processes with the default options lose no update", function()
+        local key, counter = helper.key(), helper.key("counter")
+        local workers = {}
+        for i = 1, 4 do workers[i] = helper.spawn(WORKER, "count", server:url(), key, counter, 50) end
+        for i = 1, 4 do
+            local status, out = workers[i]:wait()
+            assert.equal(0, status, out)
+        end
+        assert.equal("200", data:command("GET", counter))
+        assert.equal(0, data:command("EXISTS", key))
+    end)
+
+    it("the wake-up list shares the key's hash tag and lives one second", function()
+        local key = helper.key("{user:1}:job")
+        local lock = assert(client:acquire(key))
+        assert.is_true(lock:release())
+        local wake = key .. ":wake"
+        assert.equal(1, data:command("LLEN", wake))
+        local pttl = data:command("PTTL", wake)
+        assert.is_true(pttl > 0 and pttl <= 1000)
+        lock = assert(client:acquire(key))
+        assert.is_true(lock:release())
+        assert.equal(1, data:command("LLEN", wake)) -- never more than one
+        assert.is_true(eventually(3000, function() return data:command("EXISTS", wake) == 0 end))
+        local plain = helper.key()
+        lock = assert(client:acquire(plain))
+        assert.is_true(lock:release())
+        assert.equal(1, data:command("LLEN", "{" .. plain .. "}:wake"))
+    end)
+
+    it("a left-over wake-up costs one more attempt, never a wrong acquire", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 5000 }))
+        assert.is_true(lock:release())
+        data:command("SET", key, "foreign", "PX", 5000) -- held again, the wake-up left over
+        local t0 = core.now()
+        local _, _, code = client:acquire(key, { wait = 300 })
+        assert.equal("timeout", code)
+        assert.is_true(core.now() - t0 < 3000)
+    end)
+
+    it("notify = false polls instead", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 20, 8000, "poll")
+        local calls = evalsha_calls()
+        core.sleep(600)
+        assert.equal(0, blocked())
+        assert.is_true(evalsha_calls() > calls + 3, "no polling seen")
+        assert.is_true(lock:release())
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+    end)
+
+    it("a server without BLPOP falls back to polling", function()
+        local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
+        local c = redlock.new { servers = { old:url() }, retry_delay = 20, retry_jitter = 0 }
+        local key = helper.key()
+        local lock = assert(c:acquire(key, { ttl = 400 }))
+        local t0 = core.now()
+        local again = assert(c:acquire(key, { wait = 3000 }))
+        assert.is_true(core.now() - t0 < 2000)
+        assert.is_true(c.servers[1].no_notify)
+        assert.is_true(again:release())
+        assert.equal("not owner", select(3, lock:release()))
+        c:close()
+        old:stop()
+    end)
+end)

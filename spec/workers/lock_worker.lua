@@ -1,0 +1,61 @@
+-- A lock client in its own process, for specs 30-32. Prints one line per
+-- event to stdout (the spec reads the worker's output file).
+--   pid                                         (always first: "pid N")
+--   try_at  URL KEY AT_MS          try_acquire at core.now() == AT_MS
+--   hold    URL KEY TTL            acquire, print "held", sleep (for SIGKILL)
+--   wait    URL KEY RETRY_DELAY WAIT [notify]   acquire, print "acquired T"
+--   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local mode, url, key = arg[1], arg[2], arg[3]
+
+local function say(...)
+    io.stdout:write(table.concat({ ... }, " "), "\n")
+    io.stdout:flush()
+end
+
+local f = io.open("/proc/self/stat")
+say("pid", f:read("*l"):match("^(%d+)"))
+f:close()
+
+if mode == "try_at" then
+    local client = redlock.new { servers = { url } }
+    local at = tonumber(arg[4])
+    core.sleep(at - core.now())
+    local lock, _, code = client:try_acquire(key)
+    say(lock and "acquired" or code)
+    if lock then lock:release() end
+    client:close()
+elseif mode == "hold" then
+    local client = redlock.new { servers = { url } }
+    assert(client:acquire(key, { ttl = tonumber(arg[4]) }))
+    say("held")
+    core.sleep(60000)
+elseif mode == "wait" then
+    local client = redlock.new { servers = { url } }
+    local lock, err = client:acquire(key, {
+        retry_delay = tonumber(arg[4]), retry_jitter = 0, wait = tonumber(arg[5]),
+        notify = arg[6] ~= "poll",
+    })
+    if not lock then
+        say("failed", err)
+        os.exit(1)
+    end
+    say("acquired", string.format("%.3f", core.now()))
+    lock:release()
+    client:close()
+elseif mode == "count" then
+    local client = redlock.new { servers = { url } }
+    local data = core.conn { host = url:match("//([^:/]+)"), port = tonumber(url:match(":(%d+)$")) }
+    for _ = 1, tonumber(arg[5]) do
+        local lock = assert(client:acquire(key, { wait = 30000 }))
+        local v = tonumber(data:command("GET", arg[4])) or 0 -- core.null when unset
+        assert(data:command("SET", arg[4], v + 1))
+        assert(lock:release())
+    end
+    say("done")
+    client:close()
+else
+    error("unknown mode " .. tostring(mode))
+end
