@@ -11,7 +11,7 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test demo clean
+.PHONY: all deps build test demo clean bench-contended
 all: build
 build: $(CORE)
 
@@ -27,6 +27,10 @@ test: deps build
 
 demo: deps build
 	@sh examples/demo.sh
+
+# The contended-lock benchmark (bench/contended.lua); `make bench` calls it.
+bench-contended: build
+	LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" $(LUA) bench/contended.lua
 
 clean:
 	rm -rf $(BUILD)

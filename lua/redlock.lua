@@ -22,6 +22,7 @@ local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, ut
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, max = string.format, math.floor, math.max
 local dispatch = hold.dispatch
+local FAIR_AFTER = require("redlock.notify").FAIR_AFTER
 
 local _M = {
     --- Version of this module, "MAJOR.MINOR.PATCH".
@@ -114,11 +115,16 @@ local function acquire(client, key, o, wait, renew)
         if lock or err then return lock, err, code end
     end
     local strategy, ttl = client.strategy, o.ttl
+    local wait_for = o.notify and strategy.wait
     local token = new_token()
-    local deadline = now() + wait
+    local start = now()
+    local deadline = start + wait
     while true do
         local t0 = now()
-        local ok, v, where = strategy.acquire(client, key, token, ttl)
+        -- a notified waiter that waited long asks to be handed the lock next
+        local claim = deadline - t0
+        if not (wait_for and t0 - start >= FAIR_AFTER and claim >= 1) then claim = nil end
+        local ok, v, where = strategy.acquire(client, key, token, ttl, claim)
         if ok then return hold.taken(new_lock(client, key, token, v, ttl, t0), o, renew, t0) end
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
@@ -134,7 +140,6 @@ local function acquire(client, key, o, wait, renew)
         end
         local bound = left
         if v >= 0 and v + 1 < bound then bound = v + 1 end
-        local wait_for = o.notify and strategy.wait
         if not (wait_for and wait_for(client, key, bound)) then
             local delay = o.retry_delay + jitter(o.retry_jitter)
             sleep(delay < bound and delay or bound)

@@ -106,6 +106,42 @@ describe("notified waiting", function()
         assert.is_true(waited >= 700 and waited < 2500, "waited " .. waited)
     end)
 
+    it("a waiter that waited long is handed the lock: a newcomer right after the release cannot barge",
+        function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end))
+        -- a waiter asks to be next at an attempt FAIR_AFTER ms into its
+        -- wait: wake it once without a release, so that it tries again
+        data:command("RPUSH", "{" .. key .. "}:wake", "1")
+        assert.is_true(eventually(5000, function()
+            return type(data:command("GET", "{" .. key .. "}:next")) == "string"
+        end), "the waiter did not ask to be next")
+        assert.is_true(lock:release())
+        local _, _, code = client:try_acquire(key)
+        assert.equal("locked", code) -- handed over, not free
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        assert.is_true(tonumber(out:match("fence (%d+)")) > lock.fence)
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:next"))
+    end)
+
+    it("a hand-off to a waiter that died costs at most the short reservation", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        data:command("SET", "{" .. key .. "}:next", "a-dead-waiter", "PX", 30000)
+        assert.is_true(lock:release())
+        assert.equal("a-dead-waiter", data:command("GET", key))
+        local pttl = data:command("PTTL", key)
+        assert.is_true(pttl > 0 and pttl <= 200, "reserved for " .. pttl)
+        local t0 = core.now()
+        local again = assert(client:acquire(key, { wait = 5000, retry_delay = 3000 }))
+        assert.is_true(core.now() - t0 < 1500)
+        assert.is_true(again.fence > lock.fence)
+        assert.is_true(again:release())
+    end)
+
     it("several processes with the default options lose no update", function()
         local key, counter = helper.key(), helper.key("counter")
         local workers = {}

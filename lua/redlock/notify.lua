@@ -2,6 +2,12 @@
 -- BLPOP on the lock's wake-up list, which the release script refills with
 -- one element. Internal.
 --
+-- Barging is bounded: a waiter that has waited FAIR_AFTER ms asks to be
+-- marked "next" (one at a time); the release then hands the key straight to
+-- its token, reserved for RESERVE_MS, and wakes it through a hand-off list
+-- only it blocks on. Its next attempt finds its own token and sets its ttl
+-- (see the ACQUIRE and RELEASE scripts in csrc/scripts.h).
+--
 -- The BLPOP runs on a connection of its own per server (a clone of the
 -- server's, made on first use), whose reply timeout is raised to the BLPOP
 -- timeout plus the usual one for each wait: a server that stops answering is
@@ -20,14 +26,24 @@ local _M = {}
 options.CALL.notify = options.checks.boolean
 options.DEFAULTS.notify = true
 
---- The wake-up list of a lock key: same hash slot as the key.
-function _M.wake_key(key) return companion_key(key, ":wake") end
-local wake_key = _M.wake_key
+--- A waiter asks to be next after waiting this long (ms).
+_M.FAIR_AFTER = 2
+--- How long a hand-off reserves the key for the waiter marked next (ms).
+_M.RESERVE_MS = 200
 
-local function blpop(conn, key, ms)
+--- The companion keys of a lock key, in its hash slot: the wake-up list,
+-- the "next" mark and the hand-off list.
+function _M.wake_key(key) return companion_key(key, ":wake") end
+function _M.next_key(key) return companion_key(key, ":next") end
+function _M.handoff_key(key) return companion_key(key, ":handoff") end
+local wake_key, handoff_key = _M.wake_key, _M.handoff_key
+
+local function blpop(conn, key, ms, marked)
     -- seconds with ms resolution: Redis >= 6 takes a fraction; 0 would
     -- block forever, so ms is at least 1
-    return conn:command("BLPOP", wake_key(key), format("%.3f", ms / 1000))
+    local secs = format("%.3f", ms / 1000)
+    if marked then return conn:command("BLPOP", handoff_key(key), wake_key(key), secs) end
+    return conn:command("BLPOP", wake_key(key), secs)
 end
 
 --- Blocks until a release of `key` wakes this waiter or `ms` pass.
@@ -45,8 +61,9 @@ function _M.wait(server, key, ms)
     ms = ceil(ms)
     if ms < 1 then ms = 1 end
     conn:set_timeout(ms + server.waiter_timeout)
-    local r, _, code, stale = blpop(conn, key, ms)
-    if r == nil and stale then r, _, code = blpop(conn, key, ms) end
+    local marked = server.marked == key -- set by the last failed attempt
+    local r, _, code, stale = blpop(conn, key, ms, marked)
+    if r == nil and stale then r, _, code = blpop(conn, key, ms, marked) end
     if r == nil then
         if code == "server" then server.no_notify = true end
         return nil

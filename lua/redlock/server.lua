@@ -44,7 +44,8 @@ end
 
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
-function Server:acquire(key, token, ttl) return self.ops.acquire(self, key, token, ttl) end
+-- claim (optional): see redlock.scripted.
+function Server:acquire(key, token, ttl, claim) return self.ops.acquire(self, key, token, ttl, claim) end
 --- true | false (not ours any more) | nil, err, code
 function Server:release(key, token) return self.ops.release(self, key, token) end
 --- true | false (not ours any more) | nil, err, code

@@ -1,6 +1,7 @@
 --- The single-instance strategy: one server decides. Internal.
 -- A strategy answers for a whole client:
---   acquire(client, key, token, ttl) -> true, fence
+--   acquire(client, key, token, ttl [, claim])
+--                                     -> true, fence
 --                                     | false, pttl, where  (another holder)
 --                                     | nil, err, code
 --   release(client, key, token)      -> true | false, where | nil, err, code
@@ -10,9 +11,10 @@
 --                                     (optional: without it, acquire polls)
 local _M = { name = "single" }
 
-function _M.acquire(client, key, token, ttl)
+-- claim: a waiter that waited long asks to be next (redlock.notify)
+function _M.acquire(client, key, token, ttl, claim)
     local server = client.servers[1]
-    local ok, v, code = server:acquire(key, token, ttl)
+    local ok, v, code = server:acquire(key, token, ttl, claim)
     if ok == false then return false, v, server.name end
     return ok, v, code
 end

@@ -42,7 +42,7 @@ elseif mode == "wait" then
         say("failed", err)
         os.exit(1)
     end
-    say("acquired", string.format("%.3f", core.now()))
+    say("acquired", string.format("%.3f", core.now()), "fence", lock.fence)
     lock:release()
     client:close()
 elseif mode == "count" then
