@@ -93,7 +93,6 @@ local function write_conf(self)
         "port " .. self.port,
         "bind 127.0.0.1",
         "save \"\"",
-        "appendonly no",
         "daemonize no",
         "dir " .. self.dir,
         "unixsocket " .. self.socket,
@@ -101,6 +100,11 @@ local function write_conf(self)
         "logfile " .. self.dir .. "/redis.log",
     }
     if self.password then lines[#lines + 1] = "requirepass " .. self.password end
+    local persistent = false
+    for _, l in ipairs(self.config or {}) do
+        if l == "appendonly yes" then persistent = true end
+    end
+    if not persistent then lines[#lines + 1] = "appendonly no" end
     for _, l in ipairs(self.config or {}) do lines[#lines + 1] = l end
     local f = assert(io.open(self.dir .. "/redis.conf", "w"))
     f:write(table.concat(lines, "\n"), "\n")
@@ -136,7 +140,8 @@ function Server:start()
     error("could not start redis-server in " .. self.dir)
 end
 
---- Starts a redis-server. opts: password, config = { extra conf lines }.
+--- Starts a redis-server. opts: password, config = { extra conf lines },
+-- persistent = true (AOF with fsync always, so a restart keeps the data).
 function _M.start_server(opts)
     opts = opts or {}
     local dir = fresh_dir("redis")
@@ -147,6 +152,11 @@ function _M.start_server(opts)
         username_cli = opts.username_cli,
         config = opts.config,
     }, Server)
+    if opts.persistent then
+        self.config = self.config or {}
+        table.insert(self.config, "appendonly yes")
+        table.insert(self.config, "appendfsync always")
+    end
     return self:start()
 end
 
@@ -171,7 +181,17 @@ end
 
 function Server:kill() return self:stop("KILL") end
 
---- Starts the server again on the same port, its data gone.
+--- Runs a shell command in the background after `ms` milliseconds (to hit
+-- a server while this process is blocked in a call).
+function _M.later(ms, cmd)
+    sh(string.format("(sleep %.3f; %s) >/dev/null 2>&1 &", ms / 1000, cmd))
+end
+
+--- Sends `sig` to the server after `ms` ms, from the background.
+function Server:signal_later(ms, sig) _M.later(ms, "kill -" .. sig .. " " .. self.pid) end
+
+--- Starts the server again on the same port: its data gone, unless it was
+-- started with persistent = true.
 function Server:restart()
     self:stop()
     self.fixed_port = true
@@ -197,7 +217,10 @@ end
 function _M.spawn(script, ...)
     local dir = fresh_dir("worker")
     local cmd = _M.lua_cmd(script, ...)
-    local pid = read_cmd(string.format("sh -c %s & echo $!",
+    -- The background shell must not keep popen's pipe open, or reading the
+    -- pid would wait for the worker to finish (and workers would run one
+    -- after another).
+    local pid = read_cmd(string.format("sh -c %s </dev/null >/dev/null 2>&1 & echo $!",
         quote(cmd .. " >" .. dir .. "/out 2>&1; echo $? >" .. dir .. "/status"))):match("%d+")
     local w = { pid = pid, dir = dir }
     function w.wait(_, limit_ms)
