@@ -5,6 +5,18 @@
 local _M = {}
 
 local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
+
+-- make test-valgrind: keep the collector running all the time, so that a
+-- userdata collected while C still uses it shows up as an error.
+if os.getenv("REDLOCK_GC_STRESS") then
+    collectgarbage("setpause", 0)
+    collectgarbage("setstepmul", 1000)
+    debug.sethook(function() collectgarbage() end, "", 20000)
+end
+
+-- Servers and redis-cli never run under a sanitizer runtime preloaded for
+-- the Lua processes (make test-sanitize).
+local NO_PRELOAD = "env -u LD_PRELOAD "
 local BUILD = os.getenv("REDLOCK_BUILD") or "build"
 
 local function sh(cmd)
@@ -67,7 +79,7 @@ local running = {}
 
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
-    local args = { "redis-cli", "-h 127.0.0.1", "-p", self.port }
+    local args = { NO_PRELOAD .. "redis-cli", "-h 127.0.0.1", "-p", self.port }
     if self.password then
         if self.username_cli then
             args[#args + 1] = "--user " .. quote(self.username_cli)
@@ -125,7 +137,7 @@ function Server:start()
     for _ = 1, 20 do
         if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
         write_conf(self)
-        self.pid = read_cmd(string.format("sh -c 'redis-server %s >>%s 2>&1 & echo $!'",
+        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. "redis-server %s >>%s 2>&1 & echo $!'",
             quote(self.dir .. "/redis.conf"), quote(self.dir .. "/stdout.log"))):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
         f:write(self.pid, "\n")
