@@ -197,7 +197,8 @@ end
 function _M.spawn(script, ...)
     local dir = fresh_dir("worker")
     local cmd = _M.lua_cmd(script, ...)
-    local pid = read_cmd(string.format("sh -c %s & echo $!",
+    -- the worker must not hold popen's pipe, or read_cmd waits for it to end
+    local pid = read_cmd(string.format("sh -c %s >/dev/null 2>&1 </dev/null & echo $!",
         quote(cmd .. " >" .. dir .. "/out 2>&1; echo $? >" .. dir .. "/status"))):match("%d+")
     local w = { pid = pid, dir = dir }
     function w.wait(_, limit_ms)
