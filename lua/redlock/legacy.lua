@@ -24,7 +24,7 @@ local util = require "redlock.util"
 local time, null = core.time, core.null
 local fence_key = scripted.fence_key
 local unpack = util.unpack
-local type, tonumber = type, tonumber
+local type, tonumber, select = type, tonumber, select
 local format, match, find = string.format, string.match, string.find
 local floor, ceil, max = math.floor, math.ceil, math.max
 
@@ -172,10 +172,16 @@ function bare.acquire(server, caps, key, token, ttl)
         if cur ~= null then
             local exp, tok = parse(cur)
             if tok == token then
-                -- ours already (a retry after a lost reply): refresh it
-                r, err, code = cmd(server, "SET", key, value)
-                if r == nil then return nil, err, code end
-                return finish(server, caps, key, ttl, "GET")
+                -- ours already (a retry after a lost reply): refresh it,
+                -- unless it was taken over since the GET
+                local old
+                old, err, code = cmd(server, "GETSET", key, value)
+                if old == nil then return nil, err, code end
+                if old == null or select(2, parse(old)) == token then
+                    return finish(server, caps, key, ttl, "GET")
+                end
+                put_back(server, caps, key, old, value, ttl)
+                return held(server, caps, key, (parse(old)), now)
             end
             if not exp or exp >= now then return held(server, caps, key, exp, now) end
             local old
