@@ -196,5 +196,6 @@ describe("faults", function()
         end
 
         it("script mode, one server restarted three times", function() churn("script", 1) end)
+        it("legacy mode, one server restarted three times", function() churn("legacy", 1) end)
     end)
 end)
