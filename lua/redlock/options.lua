@@ -110,10 +110,11 @@ local function unescape(s)
     return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
 end
 
--- A URL fit for an error message: the whole user-info part goes, since a
--- lone word before '@' is a password too.
+-- A URL fit for an error message: everything up to the last '@' goes (a
+-- lone word before '@' is a password too, and a password may hold '/' or
+-- '@' when it was not %-encoded).
 local function redact(url)
-    return (gsub(url, "^(%a+://)[^/]*@", "%1***@"))
+    return (gsub(url, "^(%a+://).*@", "%1***@"))
 end
 
 local function bad_url(url, why)
