@@ -184,9 +184,10 @@ local function status_line(server, value, pttl, fence)
         return format("free server=%s fence=%s", server.name, tostring(fence)), false
     end
     local token = value
-    -- legacy mode stores "<expiry as unix ms>:<token>"
+    -- legacy mode stores "<expiry as unix ms>:<token>" (script-mode tokens
+    -- are hex, without ':')
     local expiry, rest = match(value, "^(%d+):(.+)$")
-    if expiry and server.mode == "legacy" then
+    if expiry then
         token = rest
         if pttl < 0 then pttl = max(0, floor(tonumber(expiry) - core.time())) end
     end
