@@ -65,6 +65,12 @@ local function wait_for(pred, limit)
     error("condition not met in time")
 end
 
+-- The pid a CMD wrote with `echo $$ >file`, once the line is complete
+-- (the file exists, empty, before echo writes).
+local function wait_for_pid(path)
+    return tonumber(wait_for(function() return (read(path) or ""):match("^(%d+)\n") end))
+end
+
 -- A zombie counts as dead: a container's pid 1 may never reap orphans.
 local function alive(pid)
     if proc.kill(pid, 0) ~= true then return false end
@@ -302,7 +308,7 @@ describe("redlock command", function()
             local key, dir = helper.key(), helper.fresh_dir("k9")
             local a = start({ "-s", url, "--ttl", "1500", "run", key, "--", "sh", "-c",
                 'echo $$ >"$0/cmd"; exec sleep 30', dir })
-            local cmd_pid = tonumber(wait_for(function() return read(dir .. "/cmd") end):match("%d+"))
+            local cmd_pid = wait_for_pid(dir .. "/cmd")
             assert.is_true(proc.kill(a.pid, "KILL"))
             assert.equal("signal", (proc.wait(a.pid, 5000)))
             local pttl = data:command("PTTL", key)
@@ -321,7 +327,7 @@ describe("redlock command", function()
             local key, dir = helper.key(), helper.fresh_dir("k9k")
             local a = start({ "-s", url, "-k", "run", key, "--", "sh", "-c",
                 'echo $$ >"$0/cmd"; exec sleep 30', dir })
-            local cmd_pid = tonumber(wait_for(function() return read(dir .. "/cmd") end):match("%d+"))
+            local cmd_pid = wait_for_pid(dir .. "/cmd")
             proc.kill(a.pid, "KILL")
             proc.wait(a.pid, 5000)
             wait_for(function() return not alive(cmd_pid) end)
