@@ -11,7 +11,8 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test demo clean bench-contended
+.PHONY: all deps build test check demo clean lint fuzz fuzz-build \
+	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke bench-contended
 all: build
 build: $(CORE)
 
@@ -22,8 +23,52 @@ $(CORE): $(SRCS) $(HDRS) Makefile
 deps:
 	@sh tools/deps.sh
 
+# Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
+# the specs against an ASan+UBSan build, the core's specs under valgrind,
+# and a short fuzz run. Ends with "N passed, M failed".
 test: deps build
+	@sh tools/test-all.sh
+
+# Just the specs under Lua 5.4: the quick check while developing.
+check test-unit: deps build
 	@sh spec/run.sh
+
+lint test-lint: deps
+	@sh tools/lint.sh
+
+# The specs against an ASan+UBSan build of the core, loaded into the stock
+# lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+test-sanitize: deps
+	@$(MAKE) -s BUILD=build/sanitize CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" build
+	@REDLOCK_BUILD=build/sanitize \
+	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	sh spec/run.sh
+
+# The core's specs under valgrind, with the collector running all the time
+# (REDLOCK_GC_STRESS: see spec/helper.lua).
+VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+VALGRIND_SPECS ?= spec/01-core_spec.lua spec/02-options_spec.lua spec/03-lock_spec.lua \
+	spec/04-connection_spec.lua spec/71-pitfalls_spec.lua
+test-valgrind: deps build
+	@REDLOCK_GC_STRESS=1 LUA="$(VALGRIND) $(LUA)" sh spec/run.sh $(VALGRIND_SPECS)
+
+# libFuzzer targets (clang): the RESP reply conversion and the URL parser.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+LUA_LIB ?= -llua$(LUA_VERSION)
+fuzz-build: $(BUILD)/fuzz/reply_fuzz $(BUILD)/fuzz/url_fuzz
+$(BUILD)/fuzz/reply_fuzz: fuzz/reply_fuzz.c csrc/reply.c csrc/reply.h csrc/compat.h
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -o $@ fuzz/reply_fuzz.c csrc/reply.c $(LUA_LIB) $(HIREDIS_LIBS)
+$(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c $(LUA_LIB)
+fuzz: deps fuzz-build
+	@BUILD=$(BUILD) sh tools/fuzz.sh $(FUZZ_SECONDS)
+test-fuzz-smoke: deps fuzz-build
+	@BUILD=$(BUILD) sh tools/fuzz.sh 15
 
 demo: deps build
 	@sh examples/demo.sh

@@ -75,7 +75,7 @@ static void conn_destroy(conn_ud *u) {
 static struct timeval ms_to_tv(int ms) {
     struct timeval tv;
     tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
     return tv;
 }
 

@@ -8,6 +8,7 @@
 
 #include "compat.h"
 #include "conn.h"
+#include "proc.h"
 #include "proto.h"
 #include "renew.h"
 #include "reply.h"
@@ -99,6 +100,7 @@ int luaopen_redlock_core(lua_State *L) {
     redlock_conn_open(L);
     redlock_proto_open(L);
     redlock_renew_open(L);
+    redlock_proc_open(L);
     redlock_pushnull(L);
     lua_setfield(L, -2, "null");
     push_scripts(L);

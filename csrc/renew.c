@@ -381,7 +381,7 @@ static renewer *renewer_alloc(int n) {
     int i, ok;
     if (r == NULL)
         return NULL;
-    r->conns = calloc((size_t)n, sizeof *r->conns);
+    r->conns = calloc((size_t)n, sizeof(redlock_conn *));
     r->dupfd = malloc((size_t)n * sizeof *r->dupfd);
     ok = r->conns != NULL && r->dupfd != NULL && pthread_condattr_init(&ca) == 0;
     if (ok) {

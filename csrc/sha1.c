@@ -8,7 +8,7 @@
 
 static void sha1_block(uint32_t h[5], const unsigned char *p) {
     uint32_t w[80], a, b, c, d, e, f, k, t;
-    int i;
+    size_t i;
     for (i = 0; i < 16; i++)
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
                (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];

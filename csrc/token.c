@@ -57,7 +57,8 @@ int redlock_random_bytes(unsigned char *buf, size_t n) {
 int redlock_token_hex(char out[REDLOCK_TOKEN_HEX + 1]) {
     static const char hex[] = "0123456789abcdef";
     unsigned char raw[REDLOCK_TOKEN_BYTES];
-    int i, err = redlock_random_bytes(raw, sizeof raw);
+    size_t i;
+    int err = redlock_random_bytes(raw, sizeof raw);
     if (err != 0)
         return err;
     for (i = 0; i < REDLOCK_TOKEN_BYTES; i++) {
@@ -67,3 +68,6 @@ int redlock_token_hex(char out[REDLOCK_TOKEN_HEX + 1]) {
     out[REDLOCK_TOKEN_HEX] = '\0';
     return 0;
 }
+
+/* REDLOCK_TOKEN_HEX is written out as a constant; keep it in step. */
+typedef char redlock_token_hex_is_twice_the_bytes[(REDLOCK_TOKEN_HEX == 2 * REDLOCK_TOKEN_BYTES) ? 1 : -1];

@@ -4,7 +4,7 @@
 #include <stddef.h>
 
 #define REDLOCK_TOKEN_BYTES 16
-#define REDLOCK_TOKEN_HEX (2 * REDLOCK_TOKEN_BYTES)
+#define REDLOCK_TOKEN_HEX 32 /* 2 * REDLOCK_TOKEN_BYTES */
 
 /* Fills buf with n bytes from the OS random source; 0 on success, else an
  * errno value. Never returns a partial buffer as success. */

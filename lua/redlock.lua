@@ -209,6 +209,28 @@ function Client:with_lock(key, opts, fn)
     return unpack(result)
 end
 
+--- The lock mode a server runs in: "script", "legacy", or nil while mode
+-- "auto" has not yet met that server (it decides on the first use that
+-- reaches it). Does no I/O.
+-- @tparam[opt=1] number|string server its index in opts.servers, or its name
+--   as messages show it ("127.0.0.1:6379", "unix:/path")
+-- @treturn string|nil
+function Client:mode(server)
+    local s
+    if server == nil or type(server) == "number" then
+        s = self.servers[server or 1]
+    elseif type(server) == "string" then
+        for _, v in ipairs(self.servers) do
+            if v.name == server then s = v end
+        end
+    else
+        error(format("bad argument #1 to 'mode' (number or string expected, got %s)", type(server)), 2)
+    end
+    if not s then error(format("bad argument #1 to 'mode' (no server %s)", tostring(server)), 2) end
+    if self.closed then return closed() end
+    return s:chosen_mode()
+end
+
 --- Closes every connection. Idempotent; afterwards every call returns
 -- nil, "closed: ...", "closed".
 function Client:close()

@@ -63,6 +63,12 @@ describe("options", function()
             redlock.new { servers = { "redis://user:s3cret@host:notaport" } }
         end)
         assert.is_nil(tostring(err):find("s3cret", 1, true))
+        for _, url in ipairs { "redis://s3cret@host:notaport", "redis://u:s3cret@h/x", "redis://:s3cret@",
+                               "redis://a:b@s3cret@h:0", "redis://a:b@s3cret@h:6379",
+                               "redis://user:pa/s3cret@host:1", "redis://u:s3cret/x@h" } do
+            err = raises("bad option 'servers'", function() redlock.new { servers = { url } } end)
+            assert.is_nil(tostring(err):find("s3cret", 1, true), err)
+        end
     end)
 
     describe("parse_url", function()

@@ -5,6 +5,18 @@
 local _M = {}
 
 local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
+
+-- make test-valgrind: keep the collector running all the time, so that a
+-- userdata collected while C still uses it shows up as an error.
+if os.getenv("REDLOCK_GC_STRESS") then
+    collectgarbage("setpause", 0)
+    collectgarbage("setstepmul", 1000)
+    debug.sethook(function() collectgarbage() end, "", 20000)
+end
+
+-- Servers and redis-cli never run under a sanitizer runtime preloaded for
+-- the Lua processes (make test-sanitize).
+local NO_PRELOAD = "env -u LD_PRELOAD "
 local BUILD = os.getenv("REDLOCK_BUILD") or "build"
 
 local function sh(cmd)
@@ -67,7 +79,7 @@ local running = {}
 
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
-    local args = { "redis-cli", "-h 127.0.0.1", "-p", self.port }
+    local args = { NO_PRELOAD .. "redis-cli", "-h 127.0.0.1", "-p", self.port }
     if self.password then
         if self.username_cli then
             args[#args + 1] = "--user " .. quote(self.username_cli)
@@ -93,7 +105,6 @@ local function write_conf(self)
         "port " .. self.port,
         "bind 127.0.0.1",
         "save \"\"",
-        "appendonly no",
         "daemonize no",
         "dir " .. self.dir,
         "unixsocket " .. self.socket,
@@ -101,6 +112,11 @@ local function write_conf(self)
         "logfile " .. self.dir .. "/redis.log",
     }
     if self.password then lines[#lines + 1] = "requirepass " .. self.password end
+    local persistent = false
+    for _, l in ipairs(self.config or {}) do
+        if l == "appendonly yes" then persistent = true end
+    end
+    if not persistent then lines[#lines + 1] = "appendonly no" end
     for _, l in ipairs(self.config or {}) do lines[#lines + 1] = l end
     local f = assert(io.open(self.dir .. "/redis.conf", "w"))
     f:write(table.concat(lines, "\n"), "\n")
@@ -121,7 +137,7 @@ function Server:start()
     for _ = 1, 20 do
         if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
         write_conf(self)
-        self.pid = read_cmd(string.format("sh -c 'redis-server %s >>%s 2>&1 & echo $!'",
+        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. "redis-server %s >>%s 2>&1 & echo $!'",
             quote(self.dir .. "/redis.conf"), quote(self.dir .. "/stdout.log"))):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
         f:write(self.pid, "\n")
@@ -136,7 +152,8 @@ function Server:start()
     error("could not start redis-server in " .. self.dir)
 end
 
---- Starts a redis-server. opts: password, config = { extra conf lines }.
+--- Starts a redis-server. opts: password, config = { extra conf lines },
+-- persistent = true (AOF with fsync always, so a restart keeps the data).
 function _M.start_server(opts)
     opts = opts or {}
     local dir = fresh_dir("redis")
@@ -147,6 +164,11 @@ function _M.start_server(opts)
         username_cli = opts.username_cli,
         config = opts.config,
     }, Server)
+    if opts.persistent then
+        self.config = self.config or {}
+        table.insert(self.config, "appendonly yes")
+        table.insert(self.config, "appendfsync always")
+    end
     return self:start()
 end
 
@@ -171,7 +193,17 @@ end
 
 function Server:kill() return self:stop("KILL") end
 
---- Starts the server again on the same port, its data gone.
+--- Runs a shell command in the background after `ms` milliseconds (to hit
+-- a server while this process is blocked in a call).
+function _M.later(ms, cmd)
+    sh(string.format("(sleep %.3f; %s) >/dev/null 2>&1 &", ms / 1000, cmd))
+end
+
+--- Sends `sig` to the server after `ms` ms, from the background.
+function Server:signal_later(ms, sig) _M.later(ms, "kill -" .. sig .. " " .. self.pid) end
+
+--- Starts the server again on the same port: its data gone, unless it was
+-- started with persistent = true.
 function Server:restart()
     self:stop()
     self.fixed_port = true
@@ -197,8 +229,10 @@ end
 function _M.spawn(script, ...)
     local dir = fresh_dir("worker")
     local cmd = _M.lua_cmd(script, ...)
-    -- the background sh must not hold popen's pipe, or read_cmd waits for it to end
-    local pid = read_cmd(string.format("sh -c %s >/dev/null 2>&1 & echo $!",
+    -- The background shell must not keep popen's pipe open, or reading the
+    -- pid would wait for the worker to finish (and workers would run one
+    -- after another).
+    local pid = read_cmd(string.format("sh -c %s </dev/null >/dev/null 2>&1 & echo $!",
         quote(cmd .. " >" .. dir .. "/out 2>&1; echo $? >" .. dir .. "/status"))):match("%d+")
     local w = { pid = pid, dir = dir }
     function w.wait(_, limit_ms)

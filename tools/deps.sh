@@ -2,7 +2,8 @@
 # Installs what the build, the tests and the demo need from Debian's
 # packages, when something is missing. Needs root for apt-get.
 set -eu
-PACKAGES="${PACKAGES:-lua5.4 liblua5.4-dev libhiredis-dev redis-server redis-tools lua-busted lua-check luarocks pkg-config gcc make}"
+PACKAGES="${PACKAGES:-lua5.4 liblua5.4-dev libhiredis-dev redis-server redis-tools lua-busted lua-check luarocks
+pkg-config gcc make valgrind clang libclang-rt-14-dev cppcheck clang-tidy}"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -110,9 +110,11 @@ local function unescape(s)
     return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
 end
 
--- A URL fit for an error message: the password is never shown.
+-- A URL fit for an error message: everything up to the last '@' goes (a
+-- lone word before '@' is a password too, and a password may hold '/' or
+-- '@' when it was not %-encoded).
 local function redact(url)
-    return (gsub(url, "^(%a+://[^:@/]*):[^@/]*@", "%1:***@"))
+    return (gsub(url, "^(%a+://).*@", "%1***@"))
 end
 
 local function bad_url(url, why)
@@ -160,7 +162,7 @@ function _M.parse_url(url)
     if find(rest, "^%[") then
         host, port, db = match(rest, "^%[([^%]]+)%]:?(%d*)/?(%d*)$")
     else
-        host, port, db = match(rest, "^([^:/]+):?(%d*)/?(%d*)$")
+        host, port, db = match(rest, "^([^:/@]+):?(%d*)/?(%d*)$")
     end
     if not host then bad_url(url, "expected host[:port][/db]") end
     server.host = host

@@ -2,9 +2,14 @@
 -- name for messages, a retry on a connection the server had dropped, and the
 -- lock operations in the mode this server uses. Internal.
 local core = require "redlock.core"
+local detect = require "redlock.detect"
+local legacy = require "redlock.legacy"
 local scripted = require "redlock.scripted"
 
-local setmetatable = setmetatable
+local setmetatable, type, gsub = setmetatable, type, string.gsub
+
+-- The operations per opts.mode; auto's replace themselves on first use.
+local OPS = { script = scripted, legacy = legacy, auto = detect }
 
 local Server = {}
 Server.__index = Server
@@ -18,9 +23,9 @@ function _M.new(spec, mode)
         conn = conn,
         name = conn:name(),
         mode = mode,
-        -- The operations this server runs: auto starts with the scripts and
-        -- may switch once (see redlock.legacy).
-        ops = scripted,
+        -- The operations this server runs: auto detects on the first use
+        -- and switches once, to scripted or legacy (see redlock.detect).
+        ops = OPS[mode or "auto"],
     }, Server)
 end
 
@@ -42,14 +47,40 @@ function Server:eval(name, nkeys, ...)
     return r, err, code
 end
 
+--- The mode this server runs in: "script", "legacy", or nil while auto
+-- has not yet decided.
+function Server:chosen_mode()
+    local name = self.ops.name
+    if name == "auto" then return nil end
+    return name
+end
+
+--- The server as messages name it: with its mode when that is legacy.
+function Server:where()
+    if self.ops == legacy then return self.name .. " (legacy mode)" end
+    return self.name
+end
+
+-- Error messages say the mode (see redlock.detect.note).
+local function noted(server, ok, v, code)
+    if ok == nil and type(v) == "string" and code ~= "closed" then
+        -- Redis echoes an unknown command's arguments (the token among them)
+        v = gsub(gsub(v, ", with args beginning with:.*$", ""), "%s+$", "")
+        v = v .. detect.note(server, v)
+    end
+    return ok, v, code
+end
+
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
 -- claim (optional): see redlock.scripted.
-function Server:acquire(key, token, ttl, claim) return self.ops.acquire(self, key, token, ttl, claim) end
+function Server:acquire(key, token, ttl, claim)
+    return noted(self, self.ops.acquire(self, key, token, ttl, claim))
+end
 --- true | false (not ours any more) | nil, err, code
-function Server:release(key, token) return self.ops.release(self, key, token) end
+function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end
 --- true | false (not ours any more) | nil, err, code
-function Server:extend(key, token, ttl) return self.ops.extend(self, key, token, ttl) end
+function Server:extend(key, token, ttl) return noted(self, self.ops.extend(self, key, token, ttl)) end
 
 --- Waits for a release of key, at most ms: true when it waited (notified
 -- waiting), nil when these ops cannot and the caller must sleep.

@@ -1,0 +1,266 @@
+--- The `redlock` command: flock(1) for many hosts, on Redis locks.
+--
+--    redlock run [options] KEY [--] CMD [ARGS...]
+--
+-- bin/redlock calls main(arg) and exits with what it returns. main never
+-- raises and never exits, so specs can call it in-process.
+-- @module redlock.cli
+local redlock = require "redlock"
+local core = require "redlock.core"
+local args_mod = require "redlock.cli.args"
+local codes = require "redlock.cli.codes"
+local run_mod = require "redlock.cli.run"
+local scripted = require "redlock.scripted"
+
+local format, match, find, gsub, sub = string.format, string.match, string.find, string.gsub, string.sub
+local show_key = require("redlock.util").show_key
+local type, tostring, tonumber, ipairs, pcall = type, tostring, tonumber, ipairs, pcall
+local floor, max = math.floor, math.max
+
+local _M = {}
+
+_M.USAGE = [=[
+usage: redlock run [options] KEY [--] CMD [ARGS...]
+       redlock try [options] KEY [[--] CMD [ARGS...]]
+       redlock acquire [options] KEY
+       redlock status [options] KEY
+       redlock release [options] KEY TOKEN
+       redlock extend [options] KEY TOKEN
+]=]
+
+_M.HELP = _M.USAGE .. [=[
+
+Runs CMD only while holding the Redis lock KEY: flock(1) across processes
+and machines.
+
+Commands:
+  run      wait up to --wait for the lock, run CMD while renewing the lock
+           every ttl/3, release it when CMD ends; exit with CMD's status
+  try      the same with one attempt, no waiting; without CMD, take the lock
+           and print its token (it lasts --ttl unless extended or released)
+  acquire  wait up to --wait, take the lock and print its token
+  status   whether KEY is held: token prefix, remaining ms, fence
+  release  release KEY if TOKEN still holds it
+  extend   give KEY a new --ttl if TOKEN still holds it
+
+Options ([VARIABLE]: the same from the environment; options win):
+  -s, --server URL   Redis server; repeat it for several (3 or more: a
+                     Redlock quorum) [REDLOCK_SERVERS: comma or space
+                     separated]; default redis://127.0.0.1:6379
+                     URL: redis://[user[:password]@]host[:port][/db]
+                          or unix:///path/to/redis.sock[?db=N]
+  -t, --ttl MS       lock lifetime (default 10000) [REDLOCK_TTL]
+  -w, --wait MS      how long run and acquire wait for the lock
+                     (default 10000) [REDLOCK_WAIT]
+  -m, --mode MODE    auto, script or legacy (default auto) [REDLOCK_MODE]
+      --connect-timeout MS   (default 1000) [REDLOCK_CONNECT_TIMEOUT]
+      --timeout MS   for each Redis command (default 1000) [REDLOCK_TIMEOUT]
+  -k, --kill-on-lost if the lock is lost, SIGTERM CMD (SIGKILL 5 s later);
+                     on Linux CMD also gets SIGTERM if redlock dies
+                     [REDLOCK_KILL_ON_LOST=1]
+  -E, --conflict-exit-code N
+                     exit status when the lock is not acquired (default 1)
+                     [REDLOCK_CONFLICT_EXIT_CODE]
+  -q, --quiet        no messages on stderr [REDLOCK_QUIET=1]
+  -h, --help         this text
+  -V, --version      the version
+  MS takes a unit if you like: 500ms, 30s, 5m, 1h.
+  Passwords: in the URL, or REDLOCK_PASSWORD (and REDLOCK_USERNAME) for
+  servers whose URL has none. redlock never prints them.
+
+CMD runs with REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL set.
+SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 are passed on to CMD.
+
+Exit status:
+  0        success; run and try pass CMD's own status through
+  1        not acquired: held elsewhere, or --wait ran out (see -E);
+           status: KEY is free; release, extend: TOKEN does not hold KEY
+  64       bad usage
+  69       Redis unreachable, or too few servers answered (no quorum)
+  70       internal error
+  71       could not start CMD (fork failed)
+  75       the lock was lost while CMD ran
+  76       Redis answered with an error
+  77       Redis refused the credentials or the command
+  126, 127 CMD could not be executed, or was not found
+  128+N    CMD was killed by signal N
+]=]
+
+local function make_client(cfg)
+    local ok, client = pcall(redlock.new, {
+        servers = cfg.servers,
+        ttl = cfg.ttl,
+        wait = cfg.wait,
+        mode = cfg.mode,
+        connect_timeout = cfg.connect_timeout,
+        timeout = cfg.timeout,
+    })
+    if not ok then
+        -- cut "file:line: "; the checked options hold no password here
+        args_mod.usage("%s", (gsub(tostring(client), "^[^:]*:%d+: ", "")))
+    end
+    return client
+end
+
+local function fail(ctx, msg, word)
+    ctx.say(msg)
+    return codes.of(msg, word, ctx.cfg.conflict_code)
+end
+
+local function acquire(ctx, once)
+    local client, key = ctx.client, ctx.cfg.key
+    if once then return client:try_acquire(key) end
+    return client:acquire(key)
+end
+
+-- run, try: with CMD, run it under the lock; try without CMD prints the
+-- token like acquire.
+local function cmd_run(ctx)
+    local cfg = ctx.cfg
+    local lock, err, word = acquire(ctx, cfg.command == "try")
+    if not lock then return fail(ctx, err, word) end
+    if not cfg.cmd then
+        ctx.out:write(lock.token, "\n")
+        return codes.OK
+    end
+    return run_mod.run(cfg, lock, ctx.say)
+end
+
+local function cmd_acquire(ctx)
+    local lock, err, word = acquire(ctx, false)
+    if not lock then return fail(ctx, err, word) end
+    ctx.out:write(lock.token, "\n")
+    return codes.OK
+end
+
+-- release and extend by token: the strategy's own operations, so that
+-- several servers are handled as the client handles them.
+local function by_token(ctx, op)
+    local client, cfg = ctx.client, ctx.cfg
+    local ok, where, word
+    if op == "release" then
+        ok, where, word = client.strategy.release(client, cfg.key, cfg.token)
+    else
+        ok, where, word = client.strategy.extend(client, cfg.key, cfg.token, client.opts.ttl)
+    end
+    if ok then return codes.OK end
+    if ok == false then
+        return fail(ctx, format("not owner: %s is not held by that token on %s",
+            show_key(cfg.key), where), "not owner")
+    end
+    return fail(ctx, format("%s (%s %s)", where, op == "release" and "releasing" or "extending",
+        show_key(cfg.key)), word)
+end
+
+local function scripting_missing(err)
+    return find(err, "unknown command", 1, true) or find(err, "NOSCRIPT", 1, true)
+end
+
+-- value, pttl, fence of key on one server: the status script reads all
+-- three atomically; legacy mode (or a server without scripting) reads them
+-- with three plain commands.
+local function read_status(server, key, mode)
+    local fkey = scripted.fence_key(key)
+    if mode ~= "legacy" then
+        local r, err, word = server:eval("status", 2, key, fkey)
+        if r ~= nil then return r[1], r[2], r[3] end
+        if not (word == "server" and mode == "auto" and scripting_missing(err)) then
+            return nil, err, word
+        end
+    end
+    local replies = {}
+    for i, cmd in ipairs({ { "GET", key }, { "PTTL", key }, { "GET", fkey } }) do
+        local r, err, word = server:call(cmd[1], cmd[2])
+        if r == nil then return nil, err, word end
+        replies[i] = r
+    end
+    return replies[1], replies[2], tonumber(replies[3]) or 0
+end
+
+local function printable(s) return (gsub(s, "[^%w%p]", "?")) end
+
+local function status_line(server, value, pttl, fence)
+    if type(value) ~= "string" then
+        return format("free server=%s fence=%s", server.name, tostring(fence)), false
+    end
+    local token = value
+    -- legacy mode stores "<expiry as unix ms>:<token>" (script-mode tokens
+    -- are hex, without ':')
+    local expiry, rest = match(value, "^(%d+):(.+)$")
+    if expiry then
+        token = rest
+        if pttl < 0 then pttl = max(0, floor(tonumber(expiry) - core.time())) end
+    end
+    return format("held server=%s token=%s remaining_ms=%d fence=%s",
+        server.name, printable(sub(token, 1, 8)), pttl, tostring(fence)), true
+end
+
+local function cmd_status(ctx)
+    local client, key = ctx.client, ctx.cfg.key
+    local servers = client.servers
+    local held, answered, first_err, first_word = 0, 0, nil, nil
+    for _, server in ipairs(servers) do
+        local value, pttl, fence = read_status(server, key, server.mode)
+        if value == nil then
+            ctx.say(format("%s (reading %s)", pttl, show_key(key)))
+            first_err, first_word = first_err or pttl, first_word or fence
+        else
+            answered = answered + 1
+            local line, is_held = status_line(server, value, pttl, fence)
+            if is_held then held = held + 1 end
+            if not ctx.cfg.quiet then ctx.out:write(line, "\n") end
+        end
+    end
+    local quorum = floor(#servers / 2) + 1
+    if held >= quorum then return codes.OK end
+    if answered - held >= quorum then return codes.NO end
+    if first_err then return codes.of(first_err, first_word) end
+    return codes.UNAVAILABLE -- answered, but split: neither held nor free on a majority
+end
+
+local COMMANDS = {
+    run = cmd_run,
+    try = cmd_run,
+    acquire = cmd_acquire,
+    status = cmd_status,
+    release = function(ctx) return by_token(ctx, "release") end,
+    extend = function(ctx) return by_token(ctx, "extend") end,
+}
+
+local function usage_error(err, msg)
+    err:write("redlock: ", msg, "\n", _M.USAGE, "Try 'redlock --help' for more.\n")
+    return codes.USAGE
+end
+
+--- Runs the command line `args` (a list of strings, as `arg`). getenv
+-- reads the environment (default os.getenv); out and err are the output
+-- streams (default io.stdout, io.stderr). Returns the exit code; never
+-- raises, never exits.
+function _M.main(args, getenv, out, err)
+    getenv, out, err = getenv or os.getenv, out or io.stdout, err or io.stderr
+    local ctx = { out = out, err = err }
+    local ok, code = pcall(function()
+        local cfg = args_mod.parse(args, getenv)
+        if cfg.help then
+            out:write(_M.HELP)
+            return codes.OK
+        end
+        if cfg.version then
+            out:write("redlock ", redlock.VERSION, "\n")
+            return codes.OK
+        end
+        ctx.cfg = cfg
+        ctx.say = function(msg)
+            if not cfg.quiet then err:write("redlock: ", msg, "\n") end
+        end
+        ctx.client = make_client(cfg)
+        return COMMANDS[cfg.command](ctx)
+    end)
+    if ctx.client then ctx.client:close() end
+    if ok then return code end
+    if type(code) == "table" and code.usage then return usage_error(err, code.usage) end
+    err:write("redlock: internal error: ", tostring(code), "\n")
+    return codes.SOFTWARE
+end
+
+return _M

@@ -1,0 +1,245 @@
+--- The command line and the environment of the `redlock` command, parsed
+-- and checked into one table. Bad usage raises a table {usage = message};
+-- nothing here prints, exits or connects. Internal.
+local options = require "redlock.options"
+
+local type, tonumber, error, pcall, ipairs, pairs = type, tonumber, error, pcall, ipairs, pairs
+local format, match, sub, lower, gmatch = string.format, string.match, string.sub, string.lower, string.gmatch
+local floor, abs = math.floor, math.abs
+
+local _M = {}
+
+local function usage(fmt, ...) error({ usage = format(fmt, ...) }, 0) end
+_M.usage = usage
+
+-- name = { short letter, value placeholder (nil for a flag), env variable }
+local SPECS = {
+    server = { "s", "URL", "REDLOCK_SERVERS" },
+    ttl = { "t", "MS", "REDLOCK_TTL" },
+    wait = { "w", "MS", "REDLOCK_WAIT" },
+    mode = { "m", "MODE", "REDLOCK_MODE" },
+    ["connect-timeout"] = { nil, "MS", "REDLOCK_CONNECT_TIMEOUT" },
+    timeout = { nil, "MS", "REDLOCK_TIMEOUT" },
+    ["kill-on-lost"] = { "k", nil, "REDLOCK_KILL_ON_LOST" },
+    ["conflict-exit-code"] = { "E", "N", "REDLOCK_CONFLICT_EXIT_CODE" },
+    quiet = { "q", nil, "REDLOCK_QUIET" },
+    help = { "h" },
+    version = { "V" },
+}
+local SHORT = {}
+for name, spec in pairs(SPECS) do
+    if spec[1] then SHORT[spec[1]] = name end
+end
+
+-- Commands and their words after the options: KEY, then CMD or TOKEN.
+local COMMANDS = {
+    run = "cmd", try = "cmd?", acquire = "", status = "", release = "token", extend = "token",
+}
+_M.COMMANDS = COMMANDS
+
+local UNITS = { [""] = 1, ms = 1, s = 1000, m = 60000, h = 3600000 }
+local MAX_MS = 2 ^ 53
+
+--- "1500", "1500ms", "1.5s", "2m", "1h" -> whole milliseconds, or nil.
+function _M.duration(s)
+    local num, unit = match(s, "^(%d*%.?%d*)(%a*)$")
+    local scale = num and UNITS[lower(unit)]
+    local n = num and tonumber(num)
+    if not (scale and n) then return nil end
+    local ms = n * scale
+    local whole = floor(ms + 0.5)
+    if abs(ms - whole) > 1e-6 or whole > MAX_MS then return nil end
+    return whole
+end
+
+local function set(raw, name, value)
+    if name == "server" then
+        raw.server[#raw.server + 1] = value
+    else
+        raw[name] = value
+    end
+end
+
+local function take_value(args, i, shown)
+    local v = args[i]
+    if v == nil then usage("option '%s' needs a value", shown) end
+    return v
+end
+
+-- Splits args into options (raw) and words (pos). Options end at "--", and
+-- for run and try at the first word after KEY: the rest is CMD, untouched.
+local function split(args)
+    local raw, pos = { server = {} }, {}
+    local i, stop = 1, false
+    while args[i] ~= nil do
+        local a = args[i]
+        if stop or a == "-" or sub(a, 1, 1) ~= "-" then
+            pos[#pos + 1] = a
+            local kind = COMMANDS[pos[1]]
+            if not stop and #pos == 3 and (kind == "cmd" or kind == "cmd?") then stop = true end
+        elseif a == "--" then
+            stop = true
+        elseif sub(a, 1, 2) == "--" then
+            local name, value = match(a, "^%-%-([^=]+)=(.*)$")
+            name = name or sub(a, 3)
+            local spec = SPECS[name]
+            if not spec then usage("unknown option '--%s'", name) end
+            if spec[2] and not value then
+                i = i + 1
+                value = take_value(args, i, "--" .. name)
+            elseif not spec[2] and value then
+                usage("option '--%s' takes no value", name)
+            end
+            set(raw, name, value or true)
+        else
+            local j = 2
+            while j <= #a do
+                local c = sub(a, j, j)
+                local name = SHORT[c]
+                if not name then usage("unknown option '-%s'", c) end
+                if SPECS[name][2] then
+                    local value = sub(a, j + 1)
+                    if value == "" then
+                        i = i + 1
+                        value = take_value(args, i, "-" .. c)
+                    end
+                    set(raw, name, value)
+                    break
+                end
+                set(raw, name, true)
+                j = j + 1
+            end
+        end
+        i = i + 1
+    end
+    return raw, pos
+end
+
+-- The value of an option: the command line first, then the environment (an
+-- empty variable counts as unset). Returns value, where it came from.
+local function lookup(raw, getenv, name)
+    local v = raw[name]
+    if v ~= nil then return v, "--" .. name end
+    local var = SPECS[name][3]
+    v = var and getenv(var)
+    if v ~= nil and v ~= "" then return v, var end
+end
+
+local function ms_option(raw, getenv, name, lo, hi)
+    local v, from = lookup(raw, getenv, name)
+    if v == nil then return nil end
+    local ms = _M.duration(v)
+    if not ms then
+        usage("%s: expected milliseconds (e.g. 5000, 1500ms, 30s, 2m), got '%s'", from, v)
+    end
+    if ms < lo or ms > hi then
+        usage("%s: expected %d ms to %s, got %d ms", from, lo, hi == MAX_MS and "2^53 ms" or hi .. " ms", ms)
+    end
+    return ms
+end
+
+local TRUE = { ["1"] = true, ["true"] = true, yes = true, on = true }
+local FALSE = { ["0"] = true, ["false"] = true, no = true, off = true }
+
+local function flag(raw, getenv, name)
+    local v, from = lookup(raw, getenv, name)
+    if v == nil or v == true then return v == true end
+    if TRUE[lower(v)] then return true end
+    if FALSE[lower(v)] then return false end
+    usage("%s: expected 1 or 0, got '%s'", from, v)
+end
+
+-- A URL fit to print: everything up to its last '@' (user and password,
+-- however malformed) is hidden.
+local function shown_url(url)
+    local at = match(url, "^.*()@")
+    if not at then return url end
+    return (match(url, "^(%a+:/*)") or "") .. "***" .. sub(url, at)
+end
+_M.shown_url = shown_url
+
+local function parse_server(url, from, getenv)
+    local ok, server = pcall(options.parse_url, url)
+    if not ok then
+        -- the library's message quotes the URL; this one shows it redacted
+        local why = type(server) == "string" and match(server, "%((.-) in \"") or "malformed URL"
+        usage("%s: bad server URL '%s': %s", from, shown_url(url), why)
+    end
+    local password = getenv("REDLOCK_PASSWORD")
+    if not server.password and password and password ~= "" then
+        server.password = password
+        local user = getenv("REDLOCK_USERNAME")
+        if user and user ~= "" then server.username = user end
+    end
+    return server
+end
+
+local function servers(raw, getenv)
+    local list, from = raw.server, "--server"
+    if #list == 0 then
+        local env = getenv("REDLOCK_SERVERS")
+        list, from = {}, "REDLOCK_SERVERS"
+        for url in gmatch(env or "", "[^,%s]+") do list[#list + 1] = url end
+    end
+    if #list == 0 then list = { "redis://127.0.0.1:6379" } end
+    local out = {}
+    for i, url in ipairs(list) do out[i] = parse_server(url, from, getenv) end
+    return out
+end
+
+--- Parses the words after the program name. getenv(name) reads the
+-- environment. Returns {help = true}, {version = true} or the command:
+-- {command, key, cmd | token, servers, ttl, wait, mode, connect_timeout,
+-- timeout, kill_on_lost, conflict_code, quiet}; unset numbers are nil (the
+-- library's defaults apply). Raises {usage = message}.
+function _M.parse(args, getenv)
+    local raw, pos = split(args)
+    if raw.help or pos[1] == "help" then return { help = true } end
+    if raw.version then return { version = true } end
+    local command = pos[1]
+    if not command then usage("missing command") end
+    local kind = COMMANDS[command]
+    if not kind then usage("unknown command '%s'", command) end
+    local key = pos[2]
+    if key == nil then usage("%s: missing KEY", command) end
+    if key == "" then usage("%s: KEY must not be empty", command) end
+    local cfg = { command = command, key = key }
+    if kind == "cmd" or kind == "cmd?" then
+        if pos[3] == nil and kind == "cmd" then
+            usage("%s: missing CMD (redlock %s KEY -- CMD [ARGS...])", command, command)
+        end
+        if pos[3] ~= nil then
+            cfg.cmd = {}
+            for i = 3, #pos do cfg.cmd[i - 2] = pos[i] end
+        end
+    elseif kind == "token" then
+        if pos[3] == nil or pos[3] == "" then usage("%s: missing TOKEN", command) end
+        if pos[4] ~= nil then usage("%s: unexpected word '%s' after TOKEN", command, pos[4]) end
+        cfg.token = pos[3]
+    elseif pos[3] ~= nil then
+        usage("%s: unexpected word '%s' after KEY", command, pos[3])
+    end
+
+    cfg.ttl = ms_option(raw, getenv, "ttl", 1, MAX_MS)
+    cfg.wait = ms_option(raw, getenv, "wait", 0, MAX_MS)
+    cfg.connect_timeout = ms_option(raw, getenv, "connect-timeout", 1, 86400000)
+    cfg.timeout = ms_option(raw, getenv, "timeout", 1, 86400000)
+    local mode, from = lookup(raw, getenv, "mode")
+    if mode ~= nil and mode ~= "auto" and mode ~= "script" and mode ~= "legacy" then
+        usage("%s: expected auto, script or legacy, got '%s'", from, mode)
+    end
+    cfg.mode = mode
+    local code
+    code, from = lookup(raw, getenv, "conflict-exit-code")
+    if code ~= nil then
+        local n = match(code, "^%d+$") and tonumber(code)
+        if not n or n > 255 then usage("%s: expected 0 to 255, got '%s'", from, code) end
+        cfg.conflict_code = n
+    end
+    cfg.kill_on_lost = flag(raw, getenv, "kill-on-lost")
+    cfg.quiet = flag(raw, getenv, "quiet")
+    cfg.servers = servers(raw, getenv)
+    return cfg
+end
+
+return _M

@@ -1,0 +1,412 @@
+--- Lock operations on one server without scripting: the SETNX/GETSET
+-- timestamp recipe, for servers before Redis 2.6.12 or with scripting
+-- disabled. Same interface as redlock.scripted. Internal.
+--
+-- The value is "<expiry as unix ms>:<token>", the expiry read from this
+-- host's wall clock (so legacy locks depend on the clients' clocks agreeing).
+-- Every write also sets the server's own expiry (PEXPIRE, or EXPIRE rounded
+-- up before 2.6) as a safety net, so that nothing is held forever.
+--
+-- Where the server has WATCH (2.2+), every step is check-then-act under
+-- WATCH/MULTI/EXEC: the GET decides, and the EXEC writes only if nobody
+-- touched the key since (a nil EXEC makes us look again). So of several
+-- contenders for an expired lock exactly one wins, and a loser never
+-- overwrites the winner. Creation and takeover set the value, its expiry and
+-- the fence in one EXEC: there is no moment without a server ttl.
+--
+-- Without WATCH (before 2.2, or WATCH renamed) the bare recipe runs:
+-- SETNX, else GET and, if expired, GETSET; a loser puts back the value its
+-- GETSET displaced. Weaker, see doc/legacy.md.
+local core = require "redlock.core"
+local scripted = require "redlock.scripted"
+local util = require "redlock.util"
+
+local time, null = core.time, core.null
+local fence_key = scripted.fence_key
+local unpack = util.unpack
+local type, tonumber, select = type, tonumber, select
+local format, match, find = string.format, string.match, string.find
+local floor, ceil, max = math.floor, math.ceil, math.max
+
+local _M = { name = "legacy" }
+
+-- How many times one operation looks again after the key changed under it.
+local MAX_TRIES = 8
+
+--- "x.y.z" in an INFO reply as x*10000 + y*100 + z (2.6.12 -> 20612), or nil.
+function _M.parse_version(info)
+    local a, b, c = match(info, "redis_version:(%d+)%.(%d+)%.(%d+)")
+    if not a then return nil end
+    return tonumber(a) * 10000 + tonumber(b) * 100 + tonumber(c)
+end
+
+--- What this server can do, asked once (INFO) and kept on the server:
+-- { version = n|nil, watch = bool, pexpire = bool, pttl = bool }.
+-- A server that refuses INFO is assumed modern; a command that turns out to
+-- be unknown is dropped from the list then. A connection error is not
+-- kept: the next call asks again.
+function _M.caps(server)
+    local caps = server.caps
+    if caps then return caps end
+    local info, err, code = server:call("INFO", "server")
+    if info == nil and code == "server" then
+        info, err, code = server:call("INFO") -- before 2.6, INFO takes no section
+    end
+    if info == nil and code ~= "server" then return nil, err, code end
+    local v = type(info) == "string" and _M.parse_version(info) or nil
+    caps = {
+        version = v,
+        watch = not v or v >= 20200,
+        pexpire = not v or v >= 20600,
+        pttl = not v or v >= 20600,
+    }
+    server.caps = caps
+    return caps
+end
+
+local function unknown(err, code)
+    return code == "server" and find(err, "unknown command", 1, true) ~= nil
+end
+
+--- Parses a stored value: expiry (unix ms), token; nil for anything not
+-- written by a legacy lock (another client's plain token), which is never
+-- taken for expired.
+local function parse(v)
+    if type(v) ~= "string" then return nil end
+    local exp, tok = match(v, "^(%d+):([0-9a-f]+)$")
+    if not exp or #exp > 15 or #tok ~= 32 then return nil end
+    return tonumber(exp), tok
+end
+_M.parse = parse
+
+local function wall() return floor(time()) end
+
+local function expire_cmd(caps, key, ms)
+    if caps.pexpire then return { "PEXPIRE", key, format("%d", ms) } end
+    return { "EXPIRE", key, format("%d", ceil(ms / 1000)) }
+end
+
+local function unexpected(server, what, r)
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
+end
+
+-- Commands after the first of a sequence never go through Server:call's
+-- retry on a fresh connection: the server forgets WATCH and MULTI with the
+-- old one, and an unguarded write is what this module must never send.
+local function cmd(server, ...)
+    local r, err, code = server.conn:command(...)
+    return r, err, code
+end
+
+local function unwatch(server)
+    if server.conn:connected() then server.conn:command("UNWATCH") end
+end
+
+-- The wait for another holder whose value is not ours to read: the
+-- server's ttl (-1: none).
+local function foreign_pttl(server, caps, key)
+    local r, err, code
+    if caps.pttl then
+        r, err, code = cmd(server, "PTTL", key)
+        if r == nil and unknown(err, code) then caps.pttl = false end
+    end
+    if not caps.pttl then
+        r, err, code = cmd(server, "TTL", key)
+        if type(r) == "number" and r > 0 then r = r * 1000 end
+    end
+    if r == nil then return nil, err, code end
+    if type(r) ~= "number" then return unexpected(server, "PTTL", r) end
+    if r < -1 then r = 0 end -- gone meanwhile: look again soon
+    return false, r
+end
+
+-- The held-by-another answer for a parsed value.
+local function held(server, caps, key, exp, now)
+    if exp then return false, max(0, exp - now) end
+    return foreign_pttl(server, caps, key)
+end
+
+---------------------------------------------------------------------------
+-- Without WATCH: the bare recipe.
+
+-- After our GETSET displaced `old`, a live lock of another holder: put it
+-- back, with a server ttl (its own expiry, or ours for a foreign value).
+-- Someone acting between the two GETSETs can still lose a value here.
+local function put_back(server, caps, key, old, ours, ttl)
+    local back = cmd(server, "GETSET", key, old)
+    if back == ours then
+        local exp = parse(old)
+        cmd(server, unpack(expire_cmd(caps, key, exp and max(1, exp - wall()) or ttl)))
+    end
+end
+
+-- Sets the safety net on a key we just wrote, then reads the fence:
+-- INCR for a new lock, GET for our own lock taken again.
+local function finish(server, caps, key, ttl, fence_op)
+    local e = expire_cmd(caps, key, ttl)
+    local r, err, code = cmd(server, unpack(e))
+    if r == nil and e[1] == "PEXPIRE" and unknown(err, code) then
+        caps.pexpire = false
+        r, err, code = cmd(server, unpack(expire_cmd(caps, key, ttl)))
+    end
+    if r == nil then return nil, err, code end
+    r, err, code = cmd(server, fence_op, fence_key(key))
+    if r == nil then return nil, err, code end
+    return true, tonumber(r) or 0
+end
+
+local bare = {}
+
+function bare.acquire(server, caps, key, token, ttl)
+    for i = 1, MAX_TRIES do
+        local now = wall()
+        local value = format("%d:%s", now + ttl, token)
+        local r, err, code
+        if i == 1 then r, err, code = server:call("SETNX", key, value)
+        else r, err, code = cmd(server, "SETNX", key, value) end
+        if r == nil then return nil, err, code end
+        if r == 1 then return finish(server, caps, key, ttl, "INCR") end
+        local cur
+        cur, err, code = cmd(server, "GET", key)
+        if cur == nil then return nil, err, code end
+        if cur ~= null then
+            local exp, tok = parse(cur)
+            if tok == token then
+                -- ours already (a retry after a lost reply): refresh it,
+                -- unless it was taken over since the GET
+                local old
+                old, err, code = cmd(server, "GETSET", key, value)
+                if old == nil then return nil, err, code end
+                if old == null or select(2, parse(old)) == token then
+                    return finish(server, caps, key, ttl, "GET")
+                end
+                put_back(server, caps, key, old, value, ttl)
+                return held(server, caps, key, (parse(old)), now)
+            end
+            if not exp or exp >= now then return held(server, caps, key, exp, now) end
+            local old
+            old, err, code = cmd(server, "GETSET", key, value)
+            if old == nil then return nil, err, code end
+            local oexp = parse(old)
+            -- ours only if what we displaced was still expired (or gone)
+            if old == null or (oexp and oexp < now) then
+                return finish(server, caps, key, ttl, "INCR")
+            end
+            put_back(server, caps, key, old, value, ttl)
+            if oexp then return false, max(0, oexp - now) end
+            return false, 0
+        end
+        -- deleted between SETNX and GET: try again
+    end
+    return false, 0
+end
+
+function bare.release(server, _, key, token)
+    local cur, err, code = server:call("GET", key)
+    if cur == nil then return nil, err, code end
+    local exp, tok = parse(cur)
+    -- seed 004: past our own expiry it may be someone else's by now
+    if tok ~= token or exp <= wall() then return false end
+    local r
+    r, err, code = cmd(server, "DEL", key)
+    if r == nil then return nil, err, code end
+    return r == 1
+end
+
+function bare.extend(server, caps, key, token, ttl)
+    local cur, err, code = server:call("GET", key)
+    if cur == nil then return nil, err, code end
+    local exp, tok = parse(cur)
+    local now = wall()
+    if tok ~= token or exp <= now then return false end
+    local value = format("%d:%s", now + ttl, token)
+    local old
+    old, err, code = cmd(server, "GETSET", key, value)
+    if old == nil then return nil, err, code end
+    if old ~= cur then
+        -- taken over between GET and GETSET: that value is not ours to replace
+        if old ~= null then put_back(server, caps, key, old, value, ttl) else cmd(server, "DEL", key) end
+        return false
+    end
+    local e = expire_cmd(caps, key, ttl)
+    local r
+    r, err, code = cmd(server, unpack(e))
+    if r == nil and e[1] == "PEXPIRE" and unknown(err, code) then
+        caps.pexpire = false
+        r, err, code = cmd(server, unpack(expire_cmd(caps, key, ttl)))
+    end
+    if r == nil then return nil, err, code end
+    return true
+end
+
+---------------------------------------------------------------------------
+-- With WATCH: every write is conditional on the key being as we read it.
+
+-- WATCH key, GET key. The value (or null), or nil, err, code.
+local function watch_get(server, key)
+    local r, err, code = server:call("WATCH", key)
+    if r == nil then return nil, err, code end
+    r, err, code = cmd(server, "GET", key)
+    if r == nil then unwatch(server) end
+    return r, err, code
+end
+
+-- MULTI, cmds, EXEC. The EXEC reply: a list, or null when a watched key
+-- changed (nothing was written); nil, err, code, name of the command that
+-- failed (the transaction is discarded, the watch dropped).
+local function transact(server, cmds)
+    local conn = server.conn
+    local r, err, code = conn:command("MULTI")
+    if r == nil then
+        unwatch(server)
+        return nil, err, code, "MULTI"
+    end
+    for i = 1, #cmds do
+        r, err, code = conn:command(unpack(cmds[i]))
+        if r == nil then
+            if conn:connected() then conn:command("DISCARD") end
+            return nil, err, code, cmds[i][1]
+        end
+    end
+    r, err, code = conn:command("EXEC")
+    if r == nil then
+        if conn:connected() then conn:command("DISCARD") end
+        return nil, err, code, "EXEC"
+    end
+    if r == null then return r end
+    if type(r) ~= "table" then return unexpected(server, "EXEC", r) end
+    for i = 1, #cmds do
+        local e = r[i]
+        if type(e) == "table" and e.err then
+            return nil, format("server: %s: %s", server.name, e.err), "server", cmds[i][1]
+        end
+    end
+    return r
+end
+
+-- A failed transaction: true if a capability turned out missing (the caller
+-- looks again without it), else false.
+local function lost_cap(caps, err, code, failed)
+    if not unknown(err, code) then return false end
+    if failed == "PEXPIRE" then caps.pexpire = false return true end
+    if failed == "MULTI" or failed == "EXEC" then caps.watch = false return true end
+    return false
+end
+
+local guarded = {}
+
+function guarded.acquire(server, caps, key, token, ttl)
+    for _ = 1, MAX_TRIES do
+        local cur, err, code = watch_get(server, key)
+        if cur == nil then
+            if unknown(err, code) then
+                caps.watch = false
+                return bare.acquire(server, caps, key, token, ttl)
+            end
+            return nil, err, code
+        end
+        local now = wall()
+        local value = format("%d:%s", now + ttl, token)
+        local exp, tok = parse(cur)
+        local first, fence_op
+        if cur == null then
+            first, fence_op = { "SETNX", key, value }, "INCR"
+        elseif tok == token then
+            -- ours already (a retry after a lost reply): refresh, same fence
+            first, fence_op = { "SET", key, value }, "GET"
+        elseif exp and exp < now then
+            first, fence_op = { "GETSET", key, value }, "INCR"
+        else
+            unwatch(server)
+            return held(server, caps, key, exp, now)
+        end
+        local r, failed
+        r, err, code, failed = transact(server,
+            { first, expire_cmd(caps, key, ttl), { fence_op, fence_key(key) } })
+        if r == nil then
+            if not lost_cap(caps, err, code, failed) then return nil, err, code end
+            if not caps.watch then return bare.acquire(server, caps, key, token, ttl) end
+        elseif r ~= null then
+            local old = r[1]
+            if first[1] == "SET" or (first[1] == "SETNX" and old == 1) then
+                return true, tonumber(r[3]) or 0
+            end
+            if first[1] == "GETSET" then
+                -- WATCH makes `old` the expired value we read; still, own
+                -- the lock only if what we displaced was expired (or gone)
+                local oexp = parse(old)
+                if old == null or (oexp and oexp < now) then return true, tonumber(r[3]) or 0 end
+                put_back(server, caps, key, old, value, ttl)
+                return held(server, caps, key, oexp, now)
+            end
+            -- a SETNX that found the key: WATCH should have stopped it; look again
+        end
+        -- nil EXEC: the key changed since our GET; look again
+    end
+    return false, 0 -- it keeps changing: someone else is busy with it
+end
+
+-- The shared shape of release and extend: WATCH, GET, check it is ours and
+-- not past our own expiry, then cmds in MULTI/EXEC; look again on nil EXEC.
+local function owned_write(server, caps, key, token, what, cmds_for, bare_op, ttl)
+    for _ = 1, MAX_TRIES do
+        local cur, err, code = watch_get(server, key)
+        if cur == nil then
+            if unknown(err, code) then
+                caps.watch = false
+                return bare_op(server, caps, key, token, ttl)
+            end
+            return nil, err, code
+        end
+        local exp, tok = parse(cur)
+        local now = wall()
+        -- seed 004: past our own expiry the lock is not ours to touch
+        if tok ~= token or exp <= now then
+            unwatch(server)
+            return false
+        end
+        local r, failed
+        r, err, code, failed = transact(server, cmds_for(now))
+        if r == nil then
+            if not lost_cap(caps, err, code, failed) then return nil, err, code end
+            if not caps.watch then return bare_op(server, caps, key, token, ttl) end
+        elseif r ~= null then
+            return r[1] == 1 or r[1] == "OK"
+        end
+        -- nil EXEC: someone touched the key since our GET; check again
+    end
+    return nil, format("server: %s: %s kept changing while %s (%d tries)",
+        server.name, util.show_key(key), what, MAX_TRIES), "server"
+end
+
+function guarded.release(server, caps, key, token)
+    return owned_write(server, caps, key, token, "releasing",
+        function() return { { "DEL", key } } end, bare.release)
+end
+
+function guarded.extend(server, caps, key, token, ttl)
+    return owned_write(server, caps, key, token, "extending", function(now)
+        return { { "SET", key, format("%d:%s", now + ttl, token) }, expire_cmd(caps, key, ttl) }
+    end, bare.extend, ttl)
+end
+
+---------------------------------------------------------------------------
+-- The ops interface (see redlock.scripted).
+
+local function op(name)
+    return function(server, key, token, ttl)
+        local caps, err, code = _M.caps(server)
+        if not caps then return nil, err, code end
+        local impl = caps.watch and guarded or bare
+        return impl[name](server, caps, key, token, ttl)
+    end
+end
+
+--- true, fence | false, pttl (another holder; -1: no expiry) | nil, err, code
+_M.acquire = op("acquire")
+--- true | false (not ours any more, or past our expiry) | nil, err, code
+_M.release = op("release")
+--- true | false | nil, err, code
+_M.extend = op("extend")
+
+return _M

@@ -1,0 +1,45 @@
+rockspec_format = "3.0"
+package = "redlock"
+version = "scm-1"
+source = {
+   url = "git+file:///dev/null", -- built from this tree with `luarocks make`
+}
+description = {
+   summary = "Redis distributed locks for Lua, with a C core on hiredis",
+   detailed = [[
+Single-instance locks and Redlock across several Redis masters: acquire,
+try_acquire, extend, release and with_lock, token-checked atomic scripts,
+fencing tokens, and a SETNX/GETSET fallback for servers without scripting.
+]],
+   license = "MIT",
+   homepage = "https://example.invalid/redlock",
+}
+dependencies = {
+   "lua >= 5.1",
+}
+external_dependencies = {
+   HIREDIS = {
+      header = "hiredis/hiredis.h",
+      library = "hiredis",
+   },
+}
+build = {
+   type = "builtin",
+   modules = {
+      redlock = "lua/redlock.lua",
+      ["redlock.options"] = "lua/redlock/options.lua",
+      ["redlock.server"] = "lua/redlock/server.lua",
+      ["redlock.scripted"] = "lua/redlock/scripted.lua",
+      ["redlock.single"] = "lua/redlock/single.lua",
+      ["redlock.util"] = "lua/redlock/util.lua",
+      ["redlock.core"] = {
+         sources = {
+            "csrc/conn.c", "csrc/core.c", "csrc/proto.c", "csrc/reply.c",
+            "csrc/script.c", "csrc/sha1.c", "csrc/token.c",
+         },
+         incdirs = { "$(HIREDIS_INCDIR)" },
+         libdirs = { "$(HIREDIS_LIBDIR)" },
+         libraries = { "hiredis" },
+      },
+   },
+}

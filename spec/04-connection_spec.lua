@@ -1,0 +1,174 @@
+-- Connections: AUTH, ACL users, unix sockets, db selection, servers that are
+-- missing, killed, restarted, or drop us.
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local function no_secret(s, secret)
+    assert.is_nil(tostring(s):find(secret, 1, true), "secret leaked: " .. tostring(s))
+end
+
+describe("connections", function()
+    teardown(function() helper.stop_all() end)
+
+    describe("AUTH", function()
+        local server
+        setup(function()
+            server = helper.start_server {
+                password = "top-secret-pw",
+                config = { "user alice on >alice-secret-pw ~* &* +@all" },
+            }
+        end)
+
+        it("works with the right password (URL and table forms)", function()
+            for _, s in ipairs {
+                string.format("redis://:top-secret-pw@127.0.0.1:%d", server.port),
+                server:spec { password = "top-secret-pw" },
+            } do
+                local c = redlock.new { servers = { s } }
+                local lock = assert(c:acquire(helper.key()))
+                assert.is_true(lock:release())
+                no_secret(tostring(c), "top-secret-pw")
+                c:close()
+            end
+        end)
+
+        it("works with a Redis 6 ACL user", function()
+            local c = redlock.new { servers = {
+                string.format("redis://alice:alice-secret-pw@127.0.0.1:%d", server.port) } }
+            local lock = assert(c:acquire(helper.key()))
+            assert.is_true(lock:release())
+            c:close()
+        end)
+
+        it("fails with a wrong password as 'server', without showing it", function()
+            local c = redlock.new { servers = {
+                string.format("redis://alice:wrong-pw-123@127.0.0.1:%d", server.port) } }
+            local lock, err, code = c:acquire(helper.key())
+            assert.is_nil(lock)
+            assert.equal("server", code)
+            assert.matches("^server: 127%.0%.0%.1:%d+: AUTH failed: WRONGPASS", err)
+            no_secret(err, "wrong-pw-123")
+            no_secret(err, "alice-secret-pw")
+            c:close()
+        end)
+
+        it("fails without a password as 'server' (NOAUTH)", function()
+            local c = redlock.new { servers = { server:url() } }
+            local lock, err, code = c:try_acquire(helper.key())
+            assert.is_nil(lock)
+            assert.equal("server", code)
+            assert.matches("NOAUTH", err)
+            c:close()
+        end)
+
+        it("never shows the password in tostring of a conn", function()
+            local conn = core.conn(server:spec { password = "top-secret-pw" })
+            no_secret(tostring(conn), "top-secret-pw")
+            conn:close()
+        end)
+    end)
+
+    describe("unix sockets and databases", function()
+        local server
+        setup(function() server = helper.start_server() end)
+
+        it("locks over a unix socket", function()
+            local c = redlock.new { servers = { "unix://" .. server.socket } }
+            local key = helper.key()
+            local lock = assert(c:acquire(key))
+            assert.equal(lock.token, server:cli("GET", key))
+            assert.is_true(lock:release())
+            assert.matches("^redlock.client %(unix:/", tostring(c))
+            c:close()
+        end)
+
+        it("selects the database from the URL, the socket query and the table", function()
+            for _, s in ipairs {
+                server:url(5),
+                "unix://" .. server.socket .. "?db=5",
+                server:spec { db = 5 },
+            } do
+                local c = redlock.new { servers = { s } }
+                local key = helper.key()
+                local lock = assert(c:acquire(key))
+                assert.equal("", server:cli("GET", key))
+                assert.equal(lock.token, server:cli("-n", "5", "GET", key))
+                lock:release()
+                c:close()
+            end
+        end)
+
+        it("reports a bad database as 'server'", function()
+            local c = redlock.new { servers = { server:url(99999) } }
+            local _, err, code = c:try_acquire(helper.key())
+            assert.equal("server", code)
+            assert.matches("SELECT failed", err)
+            c:close()
+        end)
+    end)
+
+    describe("failures", function()
+        it("gives 'connection' within the connect timeout when nothing listens", function()
+            local dir = helper.fresh_dir("nothing")
+            for _, s in ipairs { "redis://127.0.0.1:1", "unix://" .. dir .. "/none.sock" } do
+                local c = redlock.new { servers = { s }, connect_timeout = 200, wait = 5000 }
+                local t0 = core.now()
+                local lock, err, code = c:acquire(helper.key())
+                assert.is_nil(lock)
+                assert.equal("connection", code)
+                assert.matches("^connection: .*could not connect", err)
+                assert.is_true(core.now() - t0 < 1000, "took " .. (core.now() - t0))
+                c:close()
+            end
+        end)
+
+        it("gives 'connection' after the server is killed, and reconnects once it is back", function()
+            local server = helper.start_server()
+            local c = redlock.new { servers = { server:url() }, connect_timeout = 300 }
+            local lock = assert(c:acquire(helper.key()))
+            server:kill()
+            local ok, err, code = lock:release()
+            assert.is_nil(ok)
+            assert.equal("connection", code)
+            assert.matches("^connection: 127%.0%.0%.1:" .. server.port, err)
+            assert.matches("releasing", err)
+            local _, _, code2 = c:try_acquire(helper.key())
+            assert.equal("connection", code2)
+            server:restart()
+            local again = assert(c:try_acquire(helper.key()))
+            assert.is_true(again:release())
+            c:close()
+            server:stop()
+        end)
+
+        it("transparently replaces a connection the server dropped (CLIENT KILL)", function()
+            local server = helper.start_server()
+            local c = redlock.new { servers = { server:url() } }
+            local lock = assert(c:acquire(helper.key()))
+            assert.matches("^%d+$", server:cli("CLIENT", "KILL", "TYPE", "normal"))
+            assert.is_true(lock:release())
+            c:close()
+            server:stop()
+        end)
+
+        it("times out on a frozen server with 'connection ... timed out', naming it", function()
+            local server = helper.start_server()
+            local c = redlock.new { servers = { server:url() }, timeout = 200 }
+            assert(c:try_acquire(helper.key())):release()
+            server:freeze()
+            local t0 = core.now()
+            local lock, err, code = c:acquire(helper.key(), { wait = 5000 })
+            local took = core.now() - t0
+            server:thaw()
+            assert.is_nil(lock)
+            assert.equal("connection", code)
+            assert.matches("^connection: 127%.0%.0%.1:%d+: timed out after 200 ms", err)
+            assert.is_true(took < 2000, "took " .. took)
+            -- after the thaw, the next call works on a fresh connection
+            assert(c:try_acquire(helper.key())):release()
+            c:close()
+            server:stop()
+        end)
+    end)
+end)

@@ -1,0 +1,681 @@
+-- Legacy mode (SETNX/GETSET timestamps, WATCH/MULTI/EXEC) and the choice of
+-- mode, against real redis-servers whose scripting commands are renamed
+-- away, so that any use of EVAL fails.
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+local legacy = require "redlock.legacy"
+local detect = require "redlock.detect"
+
+local format, floor = string.format, math.floor
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+
+local NOSCRIPT = {
+    'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
+    'rename-command FUNCTION ""', 'rename-command FCALL ""',
+}
+
+local function with(extra)
+    local t = {}
+    for _, l in ipairs(NOSCRIPT) do t[#t + 1] = l end
+    for _, l in ipairs(extra) do t[#t + 1] = l end
+    return t
+end
+
+local function wall() return floor(core.time()) end
+
+-- A legacy value as another client would have written it.
+local function value(expiry, token) return format("%d:%s", expiry, token or redlock.token()) end
+
+local function esc(s) return (s:gsub("%p", "%%%0")) end
+
+-- Wraps a client's connection so that `hook(name, ...)` runs just before
+-- each command is sent: another real client can act between two commands.
+local function intercept(client, hook)
+    local server = client.servers[1]
+    local real = server.conn
+    server.conn = setmetatable({
+        command = function(_, ...)
+            hook(...)
+            return real:command(...)
+        end,
+        eval = function(_, ...)
+            hook("EVALSHA", ...)
+            return real:eval(...)
+        end,
+    }, { __index = function(_, k) return function(_, ...) return real[k](real, ...) end end })
+    return function() server.conn = real end
+end
+
+describe("legacy mode", function()
+    local noscript, plain, data, pdata
+    local clients = {}
+
+    local function new(server, opts)
+        opts = opts or {}
+        opts.servers = opts.servers or { server:url() }
+        opts.retry_delay = opts.retry_delay or 10
+        opts.retry_jitter = opts.retry_jitter or 5
+        local c = redlock.new(opts)
+        clients[#clients + 1] = c
+        return c
+    end
+
+    setup(function()
+        noscript = helper.start_server { config = NOSCRIPT }
+        plain = helper.start_server()
+        data = core.conn(noscript:spec())
+        pdata = core.conn(plain:spec())
+    end)
+    teardown(function()
+        for _, c in ipairs(clients) do c:close() end
+        data:close()
+        pdata:close()
+        helper.stop_all()
+    end)
+
+    it("the test server refuses every scripting command", function()
+        for _, cmd in ipairs { { "EVAL", "return 1", "0" }, { "EVALSHA", ("0"):rep(40), "0" },
+            { "SCRIPT", "FLUSH" }, { "FUNCTION", "LIST" }, { "FCALL", "f", "0" } } do
+            local r, err, code = data:command(unpack(cmd))
+            assert.is_nil(r)
+            assert.equal("server", code)
+            assert.matches("unknown command", err)
+        end
+    end)
+
+    for _, mode in ipairs { "legacy", "auto" } do
+        describe("mode " .. mode .. " on a server without scripting", function()
+            local client
+            setup(function() client = new(noscript, { mode = mode }) end)
+
+            it("acquires as '<expiry ms>:<token>' with a server ttl, and releases", function()
+                local key = helper.key()
+                if mode == "auto" then assert.is_nil(client:mode()) end
+                local before = wall()
+                local lock = assert(client:acquire(key, { ttl = 5000 }))
+                assert.equal("legacy", client:mode())
+                local v = data:command("GET", key)
+                local exp, tok = v:match("^(%d+):(%x+)$")
+                assert.equal(lock.token, tok)
+                exp = tonumber(exp)
+                assert.is_true(exp >= before + 5000 and exp <= wall() + 5000, v)
+                local pttl = data:command("PTTL", key)
+                assert.is_true(pttl > 4000 and pttl <= 5000, "pttl " .. pttl)
+                assert.is_true(lock:remaining() > 4000)
+                assert.is_true(lock:release())
+                assert.equal(0, data:command("EXISTS", key))
+            end)
+
+            it("try_acquire on a held key gives 'locked', naming the mode", function()
+                local key = helper.key()
+                local lock = assert(client:acquire(key, { ttl = 5000 }))
+                local other, err, code = client:try_acquire(key)
+                assert.is_nil(other)
+                assert.equal("locked", code)
+                assert.matches("^locked: '" .. esc(key) .. "' is held by another owner on 127%.0%.0%.1:%d+ "
+                    .. "%(legacy mode%) %(expires in %d+ ms%)", err)
+                assert.equal(lock.token, data:command("GET", key):match(":(%x+)$"))
+                assert.is_true(lock:release())
+            end)
+
+            it("acquire waits for the holder's expiry, and times out when it lasts", function()
+                local key = helper.key()
+                assert(client:acquire(key, { ttl = 300 }))
+                local t0 = core.now()
+                local b = assert(client:acquire(key, { wait = 5000 }))
+                local took = core.now() - t0
+                assert.is_true(took >= 200 and took < 3000, "took " .. took)
+                local _, err, code = client:acquire(key, { wait = 200 })
+                assert.equal("timeout", code)
+                assert.matches("^timeout: waited 200 ms", err)
+                assert.is_true(b:release())
+            end)
+
+            it("extend writes a new expiry and a new server ttl", function()
+                local key = helper.key()
+                local lock = assert(client:acquire(key, { ttl = 1000 }))
+                assert.is_true(lock:extend(20000))
+                local exp = tonumber(data:command("GET", key):match("^(%d+):"))
+                assert.is_true(exp > wall() + 19000)
+                assert.is_true(data:command("PTTL", key) > 19000)
+                assert.is_true(lock:remaining() > 19000)
+                assert.is_true(lock:release())
+                local ok, _, code = lock:extend()
+                assert.is_nil(ok)
+                assert.equal("not owner", code)
+            end)
+
+            it("with_lock runs fn under the lock and releases it, also when fn raises", function()
+                local key = helper.key()
+                local ok, a, b = client:with_lock(key, function(lock)
+                    assert.equal(lock.token, data:command("GET", key):match(":(%x+)$"))
+                    return "a", nil
+                end)
+                assert.is_true(ok)
+                assert.equal("a", a)
+                assert.is_nil(b)
+                assert.equal(0, data:command("EXISTS", key))
+                local okp, err = pcall(client.with_lock, client, key, function() error("boom", 0) end)
+                assert.is_false(okp)
+                assert.equal("boom", err)
+                assert.equal(0, data:command("EXISTS", key))
+            end)
+
+            it("fences increase per key, on the same counter as script mode", function()
+                local key = helper.key()
+                local last = 0
+                for _ = 1, 5 do
+                    local lock = assert(client:acquire(key))
+                    assert.is_true(lock.fence > last)
+                    last = lock.fence
+                    assert.equal(tostring(last), data:command("GET", "{" .. key .. "}:fence"))
+                    lock:release()
+                end
+            end)
+        end)
+    end
+
+    describe("auto", function()
+        it("picks script mode on a normal server", function()
+            local client = new(plain)
+            assert.is_nil(client:mode())
+            local key = helper.key()
+            local lock = assert(client:acquire(key))
+            assert.equal("script", client:mode())
+            assert.equal(lock.token, pdata:command("GET", key))
+            assert.is_true(lock:release())
+        end)
+
+        it("decides on the first use that reaches the server, not on a connection error", function()
+            local srv = helper.start_server { config = NOSCRIPT }
+            local client = new(srv)
+            srv:stop()
+            local _, err, code = client:acquire(helper.key(), { wait = 0 })
+            assert.equal("connection", code)
+            assert.matches("^connection: ", err)
+            assert.is_nil(client:mode())
+            srv:restart()
+            local lock = assert(client:acquire(helper.key()))
+            assert.equal("legacy", client:mode())
+            assert.is_true(lock:release())
+            srv:stop()
+        end)
+
+        it("a connection error after INFO decides nothing either (frozen server)", function()
+            local srv = helper.start_server()
+            local client = new(srv, { timeout = 200 })
+            local key = helper.key()
+            -- INFO answers; the server freezes before the script is sent
+            local restore = intercept(client, function(name)
+                if name == "INFO" then return end
+                srv:freeze()
+            end)
+            local _, err, code = client:acquire(key, { wait = 0 })
+            restore()
+            srv:thaw()
+            assert.equal("connection", code)
+            assert.matches("timed out", err)
+            assert.is_nil(client:mode())
+            local lock = assert(client:acquire(key))
+            assert.equal("script", client:mode())
+            lock:release()
+            srv:stop()
+        end)
+
+        it("a server error that is not a refusal decides nothing", function()
+            local client = new(plain)
+            local key = helper.key()
+            pdata:command("HSET", key, "f", "v")
+            local _, err, code = client:try_acquire(key)
+            assert.equal("server", code)
+            assert.matches("WRONGTYPE", err)
+            assert.is_nil(client:mode())
+        end)
+
+        it("each server of a client is detected on its own", function()
+            local client = new(nil, { servers = { plain:url(), noscript:url(), plain:url(1) } })
+            assert.is_nil(client:mode(1))
+            assert.is_nil(client:mode(2))
+            -- through one server's own operations, whatever the strategy
+            local s2 = client.servers[2]
+            local ok = s2:acquire(helper.key(), redlock.token(), 1000)
+            assert.is_true(ok)
+            assert.is_nil(client:mode(1))
+            assert.equal("legacy", client:mode(2))
+            assert.equal("legacy", client:mode(s2.name))
+        end)
+    end)
+
+    describe("mode script", function()
+        it("never falls back, and says why in the error", function()
+            local client = new(noscript, { mode = "script" })
+            local key = helper.key()
+            local lock, err, code = client:acquire(key)
+            assert.is_nil(lock)
+            assert.equal("server", code)
+            assert.matches("^server: 127%.0%.0%.1:%d+: ERR unknown command 'EVALSHA' %(script mode: "
+                .. "this server refuses scripting; use mode \"auto\" or \"legacy\"%) %(acquiring '"
+                .. esc(key) .. "'%)$", err)
+            assert.equal("script", client:mode())
+            assert.equal(0, data:command("EXISTS", key))
+        end)
+    end)
+
+    describe("mode legacy on a normal server", function()
+        it("uses the legacy layout, and excludes script-mode clients both ways", function()
+            local lc = new(plain, { mode = "legacy" })
+            local sc = new(plain, { mode = "script" })
+            local key = helper.key()
+            local a = assert(lc:acquire(key))
+            assert.equal("legacy", lc:mode())
+            assert.matches("^%d+:" .. a.token .. "$", pdata:command("GET", key))
+            local _, _, code = sc:try_acquire(key)
+            assert.equal("locked", code)
+            assert.is_true(a:release())
+            local b = assert(sc:acquire(key))
+            local _, err
+            _, err, code = lc:try_acquire(key)
+            assert.equal("locked", code)
+            assert.matches("%(expires in %d+ ms%)", err)
+            assert.equal(b.token, pdata:command("GET", key))
+            assert.is_true(b:release())
+        end)
+
+        it("keeps fences monotonic when clients of both modes take turns", function()
+            local lc = new(plain, { mode = "legacy" })
+            local sc = new(plain, { mode = "script" })
+            local key = helper.key()
+            local last = 0
+            for i = 1, 6 do
+                local lock = assert((i % 2 == 0 and lc or sc):acquire(key))
+                assert.is_true(lock.fence > last)
+                last = lock.fence
+                assert.is_true(lock:release())
+            end
+            assert.equal(6, last)
+        end)
+    end)
+
+    describe("expiry by timestamp", function()
+        local client
+        setup(function() client = new(noscript, { mode = "legacy" }) end)
+
+        it("takes over a lock left by a crashed holder, and sets a server ttl", function()
+            local key = helper.key()
+            local dead = value(wall() - 1000)
+            data:command("SET", key, dead) -- no server ttl: only the timestamp says it expired
+            local lock = assert(client:try_acquire(key, { ttl = 4000 }))
+            assert.matches("^%d+:" .. lock.token .. "$", data:command("GET", key))
+            local pttl = data:command("PTTL", key)
+            assert.is_true(pttl > 3000 and pttl <= 4000)
+            assert.is_true(lock:release())
+        end)
+
+        it("does not take over a live one", function()
+            local key = helper.key()
+            local live = value(wall() + 3000)
+            data:command("SET", key, live)
+            local _, err, code = client:try_acquire(key)
+            assert.equal("locked", code)
+            local ms = tonumber(err:match("expires in (%d+) ms"))
+            assert.is_true(ms > 2000 and ms <= 3000, err)
+            assert.equal(live, data:command("GET", key))
+        end)
+
+        it("waits for a live one to expire by its timestamp", function()
+            local key = helper.key()
+            data:command("SET", key, value(wall() + 300))
+            local t0 = core.now()
+            local lock = assert(client:acquire(key, { wait = 5000 }))
+            local took = core.now() - t0
+            assert.is_true(took >= 200 and took < 3000, "took " .. took)
+            assert.is_true(lock:release())
+        end)
+
+        it("treats values not in its format as held, never expired", function()
+            for _, v in ipairs { "someone-else", "123", "1234:5678", "5:" .. ("g"):rep(32),
+                "5:" .. ("A"):rep(32), "1:" .. ("a"):rep(31) } do
+                local key = helper.key()
+                data:command("SET", key, v)
+                local _, err, code = client:try_acquire(key)
+                assert.equal("locked", code, v)
+                assert.matches("never: no ttl", err)
+                assert.equal(v, data:command("GET", key))
+            end
+            local key = helper.key()
+            data:command("SET", key, "plain-token", "PX", "5000")
+            local _, err, code = client:try_acquire(key)
+            assert.equal("locked", code)
+            local ms = tonumber(err:match("expires in (%d+) ms"))
+            assert.is_true(ms > 4000 and ms <= 5000, err)
+        end)
+    end)
+
+    describe("ownership", function()
+        local client, other
+        setup(function()
+            client = new(noscript, { mode = "legacy" })
+            other = new(noscript, { mode = "legacy" })
+        end)
+
+        it("a holder whose lock expired and was taken over gets 'not owner'; the new value stays", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key, { ttl = 10000 }))
+            -- a's lock expires by its timestamp (and its server ttl is gone)
+            data:command("SET", key, value(wall() - 1, a.token))
+            local b = assert(other:try_acquire(key, { ttl = 10000 }))
+            local bv = data:command("GET", key)
+            assert.matches(":" .. b.token .. "$", bv)
+            local ok, err, code = a:release()
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            assert.matches("^not owner: '" .. esc(key) .. "' is no longer held by this lock on "
+                .. "127%.0%.0%.1:%d+ %(legacy mode%)", err)
+            a.released = false -- try extend too, as if release had not been called
+            local _
+            ok, _, code = a:extend(10000)
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            assert.equal(bv, data:command("GET", key))
+            assert.is_true(data:command("PTTL", key) > 9000)
+            assert.is_true(b:release())
+        end)
+
+        it("after the server ttl removed it and another took it, the same", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key, { ttl = 150 }))
+            helper.sleep(300)
+            local b = assert(other:try_acquire(key, { ttl = 10000 }))
+            local _, _, code = a:extend()
+            assert.equal("not owner", code)
+            _, _, code = a:release()
+            assert.equal("not owner", code)
+            assert.is_true(b:release())
+        end)
+
+        it("does not delete or extend its own lock once its expiry has passed (seed 004)", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key, { ttl = 10000 }))
+            local expired = value(wall() - 1, a.token)
+            data:command("SET", key, expired)
+            local ok, _, code = a:extend()
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            a.released = false
+            ok, _, code = a:release()
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            assert.equal(expired, data:command("GET", key))
+        end)
+
+        it("release of a key someone deleted is 'not owner' and leaves no key", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            data:command("DEL", key)
+            local _, _, code = a:extend()
+            assert.equal("not owner", code)
+            assert.equal(0, data:command("EXISTS", key))
+        end)
+
+        it("a retry with the same token after a lost reply owns the lock again", function()
+            local key = helper.key()
+            local server = client.servers[1]
+            local token = redlock.token()
+            local ok, fence = legacy.acquire(server, key, token, 5000)
+            assert.is_true(ok)
+            local ok2, fence2 = legacy.acquire(server, key, token, 8000)
+            assert.is_true(ok2)
+            assert.equal(fence, fence2)
+            assert.is_true(data:command("PTTL", key) > 7000)
+            assert.is_true(legacy.release(server, key, token))
+        end)
+    end)
+
+    describe("WATCH guards (a second client acts between two commands)", function()
+        local client, other
+        setup(function()
+            client = new(noscript, { mode = "legacy" })
+            other = new(noscript, { mode = "legacy" })
+        end)
+
+        it("of two contenders for the same expired lock, one wins and keeps it (C3/C4)", function()
+            local key = helper.key()
+            data:command("SET", key, value(wall() - 1000))
+            local b
+            -- client read the expired value; other takes over before client's MULTI
+            local restore = intercept(client, function(name)
+                if name == "MULTI" and not b then b = assert(other:try_acquire(key)) end
+            end)
+            local a, err, code = client:try_acquire(key)
+            restore()
+            assert.is_nil(a)
+            assert.equal("locked", code, err)
+            assert.matches(":" .. b.token .. "$", data:command("GET", key))
+            assert.is_true(b:release())
+        end)
+
+        it("release: a nil EXEC re-checks; still ours, it deletes", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            local v, touched = data:command("GET", key), false
+            local execs = 0
+            local restore = intercept(client, function(name)
+                if name == "MULTI" and not touched then
+                    touched = true
+                    data:command("SET", key, v) -- same value: touched, still ours
+                end
+                if name == "EXEC" then execs = execs + 1 end
+            end)
+            local ok = a:release()
+            restore()
+            assert.is_true(ok)
+            assert.equal(2, execs)
+            assert.equal(0, data:command("EXISTS", key))
+        end)
+
+        it("release: taken over between GET and EXEC, it is 'not owner' and deletes nothing", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            local theirs = value(wall() + 60000)
+            local restore = intercept(client, function(name)
+                if name == "MULTI" then data:command("SET", key, theirs) end
+            end)
+            local ok, _, code = a:release()
+            restore()
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            assert.equal(theirs, data:command("GET", key))
+        end)
+
+        it("extend: taken over between GET and EXEC, it is 'not owner' and writes nothing", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            local theirs = value(wall() + 60000)
+            local restore = intercept(client, function(name)
+                if name == "MULTI" then data:command("SET", key, theirs, "PX", "60000") end
+            end)
+            local ok, _, code = a:extend(5000)
+            restore()
+            assert.is_nil(ok)
+            assert.equal("not owner", code)
+            assert.equal(theirs, data:command("GET", key))
+            assert.is_true(data:command("PTTL", key) > 50000)
+        end)
+
+        it("a key that keeps changing ends a release with a 'server' error, not a guess", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            local v = data:command("GET", key)
+            local restore = intercept(client, function(name)
+                if name == "MULTI" then data:command("SET", key, v) end
+            end)
+            local ok, err, code = a:release()
+            restore()
+            assert.is_nil(ok)
+            assert.equal("server", code)
+            assert.matches("kept changing while releasing", err)
+            assert.matches("%(legacy mode%)", err)
+            assert.is_true(a:release())
+        end)
+
+        it("a connection lost inside a transaction is an error, and nothing is left half-done", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            local restore = intercept(client, function(name)
+                if name == "DEL" then data:command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") end
+            end)
+            local ok, err, code = a:release()
+            restore()
+            assert.is_nil(ok)
+            assert.equal("connection", code)
+            assert.matches("%(legacy mode%)", err)
+            assert.equal(1, data:command("EXISTS", key))
+            assert.is_true(a:release())
+        end)
+    end)
+
+    describe("the safety net", function()
+        it("every legacy write carries a server ttl", function()
+            local client = new(noscript, { mode = "legacy" })
+            local key = helper.key()
+            local lock = assert(client:acquire(key, { ttl = 3000 }))
+            local pttl = data:command("PTTL", key)
+            assert.is_true(pttl > 0 and pttl <= 3000)
+            assert.is_true(lock:extend(6000))
+            pttl = data:command("PTTL", key)
+            assert.is_true(pttl > 5000 and pttl <= 6000)
+            assert.is_true(lock:release())
+        end)
+
+        it("uses EXPIRE rounded up where PEXPIRE is missing", function()
+            local srv = helper.start_server { config = with {
+                'rename-command PEXPIRE ""', 'rename-command PTTL ""' } }
+            local d = core.conn(srv:spec())
+            local client = new(srv)
+            local key = helper.key()
+            local lock = assert(client:acquire(key, { ttl = 1500 }))
+            assert.equal("legacy", client:mode())
+            assert.equal(2, d:command("TTL", key))
+            assert.is_true(lock:extend(2100))
+            assert.equal(3, d:command("TTL", key))
+            d:command("SET", key .. "x", "foreign", "EX", "5")
+            local _, err, code = client:try_acquire(key .. "x")
+            assert.equal("locked", code)
+            assert.matches("expires in 5000 ms", err)
+            assert.is_true(lock:release())
+            d:close()
+            srv:stop()
+        end)
+    end)
+
+    describe("without WATCH (the bare recipe)", function()
+        local srv, d, client, other
+        setup(function()
+            srv = helper.start_server { config = with { 'rename-command WATCH ""' } }
+            d = core.conn(srv:spec())
+            client = new(srv)
+            other = new(srv, { mode = "legacy" })
+        end)
+        teardown(function() d:close() end)
+
+        it("acquires, extends, releases, with a server ttl", function()
+            local key = helper.key()
+            local lock = assert(client:acquire(key, { ttl = 3000 }))
+            assert.equal("legacy", client:mode())
+            assert.is_false(client.servers[1].caps.watch)
+            assert.matches("^%d+:" .. lock.token .. "$", d:command("GET", key))
+            assert.is_true(d:command("PTTL", key) > 2000)
+            local _, _, code = other:try_acquire(key)
+            assert.equal("locked", code)
+            assert.is_true(lock:extend(8000))
+            assert.is_true(d:command("PTTL", key) > 7000)
+            assert.is_true(lock:release())
+            assert.equal(0, d:command("EXISTS", key))
+        end)
+
+        it("takes over an expired lock by GETSET; the old holder is 'not owner'", function()
+            local key = helper.key()
+            local a = assert(client:acquire(key))
+            d:command("SET", key, value(wall() - 1, a.token))
+            local b = assert(other:try_acquire(key, { ttl = 5000 }))
+            assert.is_true(d:command("PTTL", key) > 4000)
+            local _, _, code = a:release()
+            assert.equal("not owner", code)
+            assert.matches(":" .. b.token .. "$", d:command("GET", key))
+            assert.is_true(b:release())
+        end)
+
+        it("a retry with the same token owns the lock again, same fence", function()
+            local key = helper.key()
+            local server = client.servers[1]
+            local token = redlock.token()
+            local ok, fence = legacy.acquire(server, key, token, 5000)
+            assert.is_true(ok)
+            local ok2, fence2 = legacy.acquire(server, key, token, 8000)
+            assert.is_true(ok2)
+            assert.equal(fence, fence2)
+            assert.is_true(d:command("PTTL", key) > 7000)
+            assert.is_true(legacy.release(server, key, token))
+        end)
+
+        it("a loser puts back the winner's value its GETSET displaced", function()
+            local key = helper.key()
+            d:command("SET", key, value(wall() - 1000))
+            local b
+            local restore = intercept(client, function(name)
+                if name == "GETSET" and not b then b = assert(other:try_acquire(key, { ttl = 5000 })) end
+            end)
+            local a, _, code = client:try_acquire(key)
+            restore()
+            assert.is_nil(a)
+            assert.equal("locked", code)
+            assert.matches(":" .. b.token .. "$", d:command("GET", key))
+            assert.is_true(d:command("PTTL", key) > 3000)
+            assert.is_true(b:release())
+        end)
+    end)
+
+    describe("detection helpers", function()
+        it("reads the version from INFO", function()
+            assert.equal(20612, legacy.parse_version("# Server\r\nredis_version:2.6.12\r\n"))
+            assert.equal(20417, legacy.parse_version("redis_git_sha1:0\r\nredis_version:2.4.17\r\n"))
+            assert.equal(70015, legacy.parse_version("redis_version:7.0.15\r\n"))
+            assert.is_nil(legacy.parse_version("# Server\r\n"))
+        end)
+
+        it("tells a refusal of scripting from a passing error", function()
+            for _, e in ipairs {
+                "server: h:1: ERR unknown command 'EVALSHA', with args beginning with: 'x'",
+                "server: h:1: ERR unknown command 'EVAL'",
+                "server: h:1: NOSCRIPT No matching script. Please use EVAL.",
+                "server: h:1: ERR command is disabled",
+                "server: h:1: NOPERM this user has no permissions to run the 'evalsha' command",
+            } do assert.is_true(detect.refused(e), e) end
+            for _, e in ipairs {
+                "server: h:1: BUSY Redis is busy running a script",
+                "server: h:1: LOADING Redis is loading the dataset in memory",
+                "server: h:1: READONLY You can't write against a read only replica.",
+                "server: h:1: WRONGTYPE Operation against a key holding the wrong kind of value",
+                "server: h:1: NOPERM this user has no permissions to access one of the keys",
+            } do assert.is_false(detect.refused(e), e) end
+        end)
+    end)
+
+    describe("client:mode()", function()
+        it("takes an index or a server name, raises on anything else", function()
+            local client = new(noscript)
+            assert.is_nil(client:mode(1))
+            assert.is_nil(client:mode(client.servers[1].name))
+            assert.has_error(function() client:mode(2) end, "bad argument #1 to 'mode' (no server 2)")
+            assert.has_error(function() client:mode("nowhere:1") end)
+            assert.has_error(function() client:mode({}) end,
+                "bad argument #1 to 'mode' (number or string expected, got table)")
+            client:close()
+            local v, err, code = client:mode()
+            assert.is_nil(v)
+            assert.matches("^closed", err)
+            assert.equal("closed", code)
+        end)
+    end)
+end)

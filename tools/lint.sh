@@ -1,0 +1,28 @@
+#!/bin/sh
+# Lint: luacheck, cppcheck and clang-tidy, each one test; ends with the
+# "N passed, M failed" line.
+set -u
+cd "$(dirname "$0")/.."
+LUA_CFLAGS=${LUA_CFLAGS:-$(pkg-config --cflags lua5.4)}
+passed=0
+failed=0
+check() {
+    name=$1
+    shift
+    if out=$("$@" 2>&1); then
+        echo "ok - $name"
+        passed=$((passed + 1))
+    else
+        echo "not ok - $name"
+        printf '%s\n' "$out" | sed 's/^/# /'
+        failed=$((failed + 1))
+    fi
+}
+check luacheck luacheck --no-color -q lua spec examples $(ls -d bench tools 2>/dev/null)
+check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+    --std=c99 --inline-suppr -I csrc $LUA_CFLAGS csrc fuzz
+# shellcheck disable=SC2086
+check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 $LUA_CFLAGS 2>&1 |
+    grep -E '(warning|error):' && exit 1 || exit 0"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
