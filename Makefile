@@ -11,7 +11,7 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test demo clean
+.PHONY: all deps build test demo clean bench-redlock
 all: build
 build: $(CORE)
 
@@ -27,6 +27,18 @@ test: deps build
 
 demo: deps build
 	@sh examples/demo.sh
+
+# Redlock over 5 servers vs 1, and the hiredis floor (bench/redlock.lua).
+bench-redlock: build $(BUILD)/bench/redlock_floor
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) FLOOR=$(BUILD)/bench/redlock_floor \
+	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/redlock.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
+
+$(BUILD)/bench/redlock_floor: bench/redlock_floor.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(HIREDIS_LIBS) $(LDFLAGS)
 
 clean:
 	rm -rf $(BUILD)
