@@ -75,6 +75,7 @@ function _M.new(opts)
         servers[i] = server_mod.new(spec, o.mode)
     end
     o.servers = nil
+    if #servers >= 2 then quorum.check_servers(servers) end
     return setmetatable({
         opts = o,
         servers = servers,

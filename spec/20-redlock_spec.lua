@@ -125,6 +125,41 @@ describe("Redlock over 5 servers", function()
         lock:release()
     end)
 
+    -- Counters that disagree (fence 100 on servers 1-2, 0 on 3-5); a first
+    -- holder on all 5, then a second that only gets servers 3-5.
+    local function two_holders(client_opts)
+        local key = helper.key()
+        local fkey = "{" .. key .. "}:fence"
+        for i = 1, 2 do data[i]:command("SET", fkey, 100) end
+        local first = assert(new_client(client_opts):acquire(key))
+        assert.equal(101, first.fence)
+        assert.is_true(first:release())
+        for i = 1, 2 do data[i]:command("SET", key, "someone-else", "PX", 5000) end
+        local second = assert(new_client(client_opts):acquire(key))
+        assert.is_true(second:release())
+        return first.fence, second.fence
+    end
+
+    it("without sync_fence the fence of a later holder can be smaller (documented: not a safe fence)",
+        function()
+            local first, second = two_holders()
+            assert.equal(101, first)
+            assert.equal(2, second)
+        end)
+
+    it("with sync_fence the fence strictly increases across holders on different majorities", function()
+        local first, second = two_holders { sync_fence = true }
+        assert.equal(101, first)
+        assert.equal(102, second)
+    end)
+
+    it("refuses the same server twice (it would vote twice)", function()
+        assert.has_error(function()
+            redlock.new { servers = { urls[1], urls[2], urls[1] .. "/3" } }
+        end, "bad option 'servers' to 'new' (server #3 is server #1 again: 127.0.0.1:"
+            .. servers[1].port .. "; Redlock needs independent servers)")
+    end)
+
     it("with 2 servers killed acquire succeeds; with 3 killed try_acquire says 'no quorum' within 2 s",
         function()
             local key = helper.key()

@@ -102,6 +102,7 @@ _M.CLIENT = {
     timeout = checks.timeout,
     server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
     server_backoff = checks.non_negative, -- Redlock
+    sync_fence = checks.boolean, -- Redlock
 }
 
 local SERVER_FIELDS = {

@@ -35,6 +35,20 @@ function _M.server_timeout(client, ttl)
     return client.opts.server_timeout or min(50, max(10, floor(ttl / 200)))
 end
 
+--- Raises unless the servers are distinct: two entries for one Redis
+-- (even with different db numbers) would give it two votes.
+function _M.check_servers(servers)
+    local seen = {}
+    for i, server in ipairs(servers) do
+        local first = seen[server.name]
+        if first then
+            error(format("bad option 'servers' to 'new' (server #%d is server #%d again: %s;"
+                .. " Redlock needs independent servers)", i, first, server.name), 3)
+        end
+        seen[server.name] = i
+    end
+end
+
 local function fanout_ops(server) return server.ops == scripted end
 
 -- The indices of the servers to ask now: those not in back-off.
@@ -185,6 +199,26 @@ local function count(list, st)
     return yes, no
 end
 
+local function number_reply(server, r)
+    if type(r) == "number" then return true, r end
+    return unexpected(server, "fence_raise", r)
+end
+
+-- sync_fence: writes the fence back to the servers that granted it. Returns
+-- how many took it, and their detail for a message.
+local function sync_fence(client, key, live, st, fence, timeout)
+    local granted = {}
+    for j, i in ipairs(live) do
+        if st[j] then granted[#granted + 1] = i end
+    end
+    local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
+        function(server)
+            return nil, format("server: %s: sync_fence needs scripting", server.name), "server"
+        end, 1, fence_key(key), format("%d", fence))
+    mark_down(client, granted, fst, fcodes, now())
+    return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
+end
+
 local function release_on(client, list, key, token, timeout)
     local st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
         function(server) return server:release(key, token) end, 1, key, token)
@@ -223,15 +257,24 @@ function _M.acquire(client, key, token, ttl)
         2, key, fence_key(key), token, format("%d", ttl))
     local t1 = now()
     mark_down(client, live, st, codes, t1)
+    local drift = ttl * client.drift_factor + 2
     local elapsed = t1 - t0
-    local validity = ttl - elapsed - (ttl * client.drift_factor + 2)
     local granted, held = count(live, st)
-    if granted >= q and validity > 0 then
+    if granted >= q and ttl - elapsed - drift > 0 then
         local fence = 0
         for j = 1, #live do
             if st[j] and v[j] > fence then fence = v[j] end
         end
-        return true, fence
+        if not client.opts.sync_fence then return true, fence end
+        local synced, detail = sync_fence(client, key, live, st, fence, timeout)
+        t1 = now()
+        elapsed = t1 - t0
+        if synced < q then
+            release_on(client, live, key, token, timeout)
+            return nil, format("no quorum: granted by %d of %d servers, but the fence reached %d, %d needed"
+                .. " (%s)", granted, n, synced, q, detail), "no quorum"
+        end
+        if ttl - elapsed - drift > 0 then return true, fence end
     end
     -- Failed: take back what we got, on every server asked, those that
     -- timed out included (the request may have landed).
