@@ -9,8 +9,9 @@
  * buffer; a connection that is not open is opened now, non-blocking, with
  * AUTH and SELECT queued ahead of the command. Every request is written
  * before any reply is read; then poll() collects the replies until each has
- * answered or timeout_ms has passed since the call began. The call costs the
- * slowest answer, capped at timeout_ms, not the sum of the answers.
+ * answered or its time has passed since the call began: timeout_ms, twice
+ * that for a connection made in this call (one more round trip). The call
+ * costs the slowest answer, capped, not the sum of the answers.
  * A connection that did not answer in time is closed: its late reply would
  * otherwise be read as the answer to its next command.
  *
@@ -60,6 +61,7 @@ typedef struct {
     int setup;     /* AUTH/SELECT replies still due before ours */
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
+    int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
 } slot;
 
@@ -279,24 +281,44 @@ static void start(batch *b, slot *s) {
         do_write(s);
 }
 
+static void time_out(slot *s) {
+    fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
+         s->state == S_CONNECTING ? "connecting"
+         : s->state == S_WRITING  ? "sending"
+                                  : "waiting for a reply");
+}
+
 static void run(batch *b, struct pollfd *pfds, int *which) {
-    double deadline = now_ms() + b->timeout_ms;
+    double t0 = now_ms();
     int i;
-    for (i = 0; i < b->n; i++)
-        start(b, &b->slots[i]);
+    for (i = 0; i < b->n; i++) {
+        slot *s = &b->slots[i];
+        start(b, s);
+        /* A connection made now needs one more round trip (the handshake,
+         * with AUTH and SELECT queued ahead of the command). */
+        s->limit_ms = s->reused ? b->timeout_ms : 2 * b->timeout_ms;
+    }
     for (;;) {
         int k = 0, r, j;
-        double left = deadline - now_ms();
+        double t = now_ms(), left = -1;
         for (i = 0; i < b->n; i++) {
             slot *s = &b->slots[i];
+            double mine;
             if (s->state == S_DONE)
                 continue;
+            mine = t0 + s->limit_ms - t;
+            if (mine <= 0) {
+                time_out(s);
+                continue;
+            }
+            if (left < 0 || mine < left)
+                left = mine;
             pfds[k].fd = s->u->ctx->fd;
             pfds[k].events = s->state == S_READING ? POLLIN : POLLOUT;
             pfds[k].revents = 0;
             which[k++] = i;
         }
-        if (k == 0 || left <= 0)
+        if (k == 0)
             break;
         r = poll(pfds, (nfds_t)k, (int)left + 1);
         if (r < 0) {
@@ -318,15 +340,6 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
             else if (s->state == S_READING)
                 do_read(b, s);
         }
-    }
-    for (i = 0; i < b->n; i++) {
-        slot *s = &b->slots[i];
-        if (s->state == S_DONE)
-            continue;
-        fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", b->timeout_ms,
-             s->state == S_CONNECTING ? "connecting"
-             : s->state == S_WRITING  ? "sending"
-                                      : "waiting for a reply");
     }
 }
 

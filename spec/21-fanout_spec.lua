@@ -58,6 +58,19 @@ describe("core.fanout", function()
         extra:stop()
     end)
 
+    it("gives a connection made in the call twice the time (its handshake is one more round trip)", function()
+        finally(thaw_all)
+        local c = core.conn(servers[1]:spec())
+        servers[1]:freeze() -- the kernel still completes the TCP handshake
+        local t0 = core.now()
+        local _, errs, _, flags = core.fanout({ c }, 150, "PING")
+        local took = core.now() - t0
+        assert.equal("timeout", flags[1])
+        assert.matches("timed out after 300 ms", errs[1])
+        assert.is_true(took >= 290 and took < 1000, "took " .. took)
+        c:close()
+    end)
+
     it("never takes a late reply for the answer to the next request", function()
         finally(thaw_all)
         local list = fresh_conns()
