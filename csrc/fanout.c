@@ -394,7 +394,8 @@ static void free_batch(batch *b, const char **argv, size_t *argvlen) {
 
 /* Checks conns (arg 1) and timeout (arg 2); returns the count. */
 static int check_conns(lua_State *L, redlock_conn **conns) {
-    int n, i, j, ms;
+    int n, i, j;
+    lua_Integer ms;
     luaL_checktype(L, 1, LUA_TTABLE);
     n = (int)lua_rawlen(L, 1);
     luaL_argcheck(L, n >= 1 && n <= MAX_CONNS, 1, "1 to 64 conns expected");
@@ -408,7 +409,7 @@ static int check_conns(lua_State *L, redlock_conn **conns) {
             if (conns[j] == conns[i])
                 return luaL_argerror(L, 1, lua_pushfstring(L, "conn at index %d twice", i + 1));
     }
-    ms = (int)luaL_checkinteger(L, 2);
+    ms = luaL_checkinteger(L, 2);
     luaL_argcheck(L, ms >= 1 && ms <= 86400000, 2, "out of range (1 to 86400000 ms)");
     return n;
 }
@@ -426,7 +427,8 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     b.n = n;
     b.timeout_ms = (int)lua_tointeger(L, 2);
     if (script != NULL) {
-        int nkeys = (int)luaL_checkinteger(L, 4), top = lua_gettop(L);
+        lua_Integer nkeys = luaL_checkinteger(L, 4);
+        int top = lua_gettop(L);
         luaL_argcheck(L, nkeys >= 0 && nkeys <= top - 4, 4, "numkeys out of range");
         first = 4; /* numkeys, keys and args */
         prefix = 2;
