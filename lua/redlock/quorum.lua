@@ -188,6 +188,7 @@ local function which(client, list, st, want)
     for j, i in ipairs(list) do
         if st[j] == want then names[#names + 1] = client.servers[i].name end
     end
+    if #names == 0 then return format("0 of %d servers", #client.servers) end
     return format("%d of %d servers (%s)", #names, #client.servers, concat(names, ", "))
 end
 
@@ -284,7 +285,7 @@ function _M.acquire(client, key, token, ttl)
         return false, wait_hint(live, st, v, n, q), which(client, live, st, false)
     end
     if granted >= q then
-        return false, -1, format("%d of %d servers, too late", granted, n),
+        return false, -1, which(client, live, st, false),
             format("no quorum: the attempt took %d ms, more than the validity of a %d ms ttl (%s)",
                 floor(elapsed), ttl, detail), "no quorum"
     end
