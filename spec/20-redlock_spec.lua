@@ -208,7 +208,7 @@ describe("Redlock over 5 servers", function()
             -- in back-off the frozen server is skipped: no second timeout
             t0 = core.now()
             assert.is_true(lock:release())
-            assert.is_true(core.now() - t0 < 150, "release waited for the frozen server")
+            assert.is_true(core.now() - t0 < 350, "release waited for the frozen server") -- it would: 400 ms
             servers[1]:thaw()
             -- its late reply must not be taken for the answer to a later request
             helper.sleep(1600) -- past the back-off
