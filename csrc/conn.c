@@ -25,17 +25,9 @@
 #include "reply.h"
 #include "scripts.h"
 
-#define ERRLEN 512
+#define ERRLEN REDLOCK_CONN_ERRLEN
 
-typedef struct {
-    redisContext *ctx;
-    char *host, *path, *username, *password;
-    int port, db;
-    int connect_timeout_ms, timeout_ms;
-    int closed;
-    char name[128];
-    char err[ERRLEN];
-} conn_ud;
+typedef redlock_conn conn_ud;
 
 enum { OK = 0, E_CONNECTION, E_SERVER };
 
@@ -165,13 +157,16 @@ static int conn_connect(conn_ud *u) {
 
 /* Writes the output buffer with MSG_NOSIGNAL: hiredis 0.14 uses write(),
  * which raises SIGPIPE on a dropped connection and kills a host that did not
- * ignore it. Returns 0, or -1 with errno set. */
-static int flush_obuf(redisContext *c) {
+ * ignore it. Returns 0, 1 (would block, nonblock only), or -1 with errno set. */
+int redlock_conn_flush(redisContext *c, int nonblock) {
+    int flags = MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0);
     while (sdslen(c->obuf) > 0) {
-        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), flags);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (nonblock && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return 1;
             c->err = REDIS_ERR_IO;
             snprintf(c->errstr, sizeof c->errstr, "%s", strerror(errno));
             return -1;
@@ -180,6 +175,14 @@ static int flush_obuf(redisContext *c) {
     }
     return 0;
 }
+
+static int flush_obuf(redisContext *c) { return redlock_conn_flush(c, 0); }
+
+redlock_conn *redlock_conn_test(lua_State *L, int idx) {
+    return (redlock_conn *)luaL_testudata(L, idx, REDLOCK_CONN_MT);
+}
+
+void redlock_conn_drop(redlock_conn *u) { free_ctx(u); }
 
 /* One round trip. On failure u->err holds the message, the context is
  * dropped (the next call reconnects), and *stale says whether a retry on a

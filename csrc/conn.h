@@ -1,9 +1,35 @@
 #ifndef REDLOCK_CONN_H
 #define REDLOCK_CONN_H
 
+#include <hiredis/hiredis.h>
+
 #include "compat.h"
 
 #define REDLOCK_CONN_MT "redlock.conn"
+#define REDLOCK_CONN_ERRLEN 512
+
+/* The conn userdata. Shared with fanout.c, which drives several of them at
+ * once; everything else goes through the methods. */
+typedef struct redlock_conn {
+    redisContext *ctx; /* NULL when not connected */
+    char *host, *path, *username, *password;
+    int port, db;
+    int connect_timeout_ms, timeout_ms;
+    int closed;
+    char name[128];
+    char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
+} redlock_conn;
+
+/* The conn at stack index idx, or NULL when the value is not one. */
+redlock_conn *redlock_conn_test(lua_State *L, int idx);
+
+/* Closes the socket, if any; the next use connects again. */
+void redlock_conn_drop(redlock_conn *u);
+
+/* Writes the output buffer with send(MSG_NOSIGNAL) (see conn.c), adding
+ * MSG_DONTWAIT when nonblock. Returns 0 when all is written, 1 when the
+ * socket would block (nonblock only), -1 on error with errno set. */
+int redlock_conn_flush(redisContext *c, int nonblock);
 
 /* Adds conn() to the table on top of the stack and creates the metatable. */
 void redlock_conn_open(lua_State *L);

@@ -14,6 +14,7 @@ local core = require "redlock.core"
 local options = require "redlock.options"
 local server_mod = require "redlock.server"
 local single = require "redlock.single"
+local quorum = require "redlock.quorum"
 local util = require "redlock.util"
 
 local now, sleep, new_token = core.now, core.sleep, core.token
@@ -74,11 +75,12 @@ function _M.new(opts)
         servers[i] = server_mod.new(spec, o.mode)
     end
     o.servers = nil
+    if #servers >= 2 then quorum.check_servers(servers) end
     return setmetatable({
         opts = o,
         servers = servers,
         drift_factor = o.drift_factor,
-        strategy = single,
+        strategy = #servers >= 2 and quorum or single,
         closed = false,
     }, Client)
 end
@@ -109,7 +111,7 @@ local function acquire(client, key, o, wait)
     local deadline = now() + wait
     while true do
         local t0 = now()
-        local ok, v, where = strategy.acquire(client, key, token, ttl)
+        local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl)
         if ok then return new_lock(client, key, token, v, ttl, t0) end
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
@@ -117,6 +119,8 @@ local function acquire(client, key, o, wait)
         local left = deadline - now()
         if left <= 0 then
             if wait == 0 then
+                -- a strategy may say why other than "locked" (Redlock: no quorum)
+                if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
                 return nil, format("locked: %s is held by another owner on %s (expires in %s)",
                     show_key(key), where, v >= 0 and format("%d ms", v) or "never: no ttl"), "locked"
             end
