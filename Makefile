@@ -11,7 +11,7 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test check demo clean lint fuzz fuzz-build \
+.PHONY: all deps build test check demo clean lint fuzz fuzz-build bench-redlock \
 	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke bench-contended
 all: build
 build: $(CORE)
@@ -76,6 +76,23 @@ demo: deps build
 # The contended-lock benchmark (bench/contended.lua); `make bench` calls it.
 bench-contended: build
 	LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" $(LUA) bench/contended.lua
+
+# Redlock over 5 servers vs 1, and the hiredis floor (bench/redlock.lua).
+BENCH_BIN := $(BUILD)/bench
+bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) BENCH_BIN=$(BENCH_BIN) \
+	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/redlock.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
+
+$(BENCH_BIN)/redlock_floor: bench/redlock_floor.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(HIREDIS_LIBS) $(LDFLAGS)
+
+$(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 clean:
 	rm -rf $(BUILD)

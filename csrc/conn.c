@@ -25,17 +25,8 @@
 #include "reply.h"
 #include "scripts.h"
 
-#define ERRLEN 512
+#define ERRLEN REDLOCK_CONN_ERRLEN
 
-struct redlock_conn {
-    redisContext *ctx;
-    char *host, *path, *username, *password;
-    int port, db;
-    int connect_timeout_ms, timeout_ms;
-    int closed;
-    char name[128];
-    char err[ERRLEN];
-};
 typedef redlock_conn conn_ud;
 
 enum { OK = 0, E_CONNECTION, E_SERVER };
@@ -166,13 +157,16 @@ static int conn_connect(conn_ud *u) {
 
 /* Writes the output buffer with MSG_NOSIGNAL: hiredis 0.14 uses write(),
  * which raises SIGPIPE on a dropped connection and kills a host that did not
- * ignore it. Returns 0, or -1 with errno set. */
-static int flush_obuf(redisContext *c) {
+ * ignore it. Returns 0, 1 (would block, nonblock only), or -1 with errno set. */
+int redlock_conn_flush(redisContext *c, int nonblock) {
+    int flags = MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0);
     while (sdslen(c->obuf) > 0) {
-        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), flags);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (nonblock && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return 1;
             c->err = REDIS_ERR_IO;
             snprintf(c->errstr, sizeof c->errstr, "%s", strerror(errno));
             return -1;
@@ -181,6 +175,14 @@ static int flush_obuf(redisContext *c) {
     }
     return 0;
 }
+
+static int flush_obuf(redisContext *c) { return redlock_conn_flush(c, 0); }
+
+redlock_conn *redlock_conn_test(lua_State *L, int idx) {
+    return (redlock_conn *)luaL_testudata(L, idx, REDLOCK_CONN_MT);
+}
+
+void redlock_conn_drop(redlock_conn *u) { free_ctx(u); }
 
 /* One round trip. On failure u->err holds the message, the context is
  * dropped (the next call reconnects), and *stale says whether a retry on a
@@ -255,18 +257,10 @@ void redlock_conn_free(redlock_conn *u) {
 
 int redlock_conn_ensure(redlock_conn *u) { return u->ctx != NULL ? OK : conn_connect(u); }
 
-int redlock_conn_fd(const redlock_conn *u) { return u->ctx != NULL ? u->ctx->fd : -1; }
-
 int redlock_conn_round_trip(redlock_conn *u, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale) {
     return round_trip(u, argc, argv, argvlen, out, stale);
 }
-
-const char *redlock_conn_error(const redlock_conn *u) { return u->err; }
-
-const char *redlock_conn_name(const redlock_conn *u) { return u->name; }
-
-int redlock_conn_closed(const redlock_conn *u) { return u->closed; }
 
 static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
     lua_pushnil(L);

@@ -1,25 +1,44 @@
 #ifndef REDLOCK_CONN_H
 #define REDLOCK_CONN_H
 
+#include <hiredis/hiredis.h>
+
 #include "compat.h"
 
 #define REDLOCK_CONN_MT "redlock.conn"
+#define REDLOCK_CONN_ERRLEN 512
 
-typedef struct redlock_conn redlock_conn;
-struct redisReply;
+/* The conn userdata. Shared with fanout.c, which drives several of them at
+ * once; everything else goes through the methods. */
+typedef struct redlock_conn {
+    redisContext *ctx; /* NULL when not connected */
+    char *host, *path, *username, *password;
+    int port, db;
+    int connect_timeout_ms, timeout_ms;
+    int closed;
+    char name[128];
+    char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
+} redlock_conn;
 
-/* For C users of a conn (the renewal thread): these never touch a
- * lua_State nor raise, and a clone belongs to the one thread that uses it.
- * Error codes: 0 ok, 1 connection, 2 server. */
+/* The conn at stack index idx, or NULL when the value is not one. */
+redlock_conn *redlock_conn_test(lua_State *L, int idx);
+
+/* Closes the socket, if any; the next use connects again. */
+void redlock_conn_drop(redlock_conn *u);
+
+/* Writes the output buffer with send(MSG_NOSIGNAL) (see conn.c), adding
+ * MSG_DONTWAIT when nonblock. Returns 0 when all is written, 1 when the
+ * socket would block (nonblock only), -1 on error with errno set. */
+int redlock_conn_flush(redisContext *c, int nonblock);
+
+/* For the renewal thread, which owns private clones: these never touch a
+ * lua_State nor raise. Error codes: 0 ok, 1 connection, 2 server; the
+ * message is then in c->err. */
 redlock_conn *redlock_conn_clone(const redlock_conn *src); /* NULL: out of memory */
 void redlock_conn_free(redlock_conn *c);
 int redlock_conn_ensure(redlock_conn *c); /* connects unless connected */
-int redlock_conn_fd(const redlock_conn *c); /* -1 when not connected */
 int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
-                            struct redisReply **out, int *stale);
-const char *redlock_conn_error(const redlock_conn *c); /* the last failure */
-const char *redlock_conn_name(const redlock_conn *c);  /* "host:port" or "unix:path" */
-int redlock_conn_closed(const redlock_conn *c);
+                            redisReply **out, int *stale);
 
 /* Adds conn() to the table on top of the stack and creates the metatable. */
 void redlock_conn_open(lua_State *L);

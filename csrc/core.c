@@ -8,6 +8,7 @@
 
 #include "compat.h"
 #include "conn.h"
+#include "fanout.h"
 #include "proc.h"
 #include "proto.h"
 #include "renew.h"
@@ -98,6 +99,7 @@ int luaopen_redlock_core(lua_State *L) {
     };
     luaL_newlib(L, funcs);
     redlock_conn_open(L);
+    redlock_fanout_open(L);
     redlock_proto_open(L);
     redlock_renew_open(L);
     redlock_proc_open(L);

@@ -7,7 +7,10 @@
  * server). What Lua reads (expiry, lost) lives in C memory under a mutex, so
  * lock:lost() and lock:remaining() answer without any I/O.
  *
- * core.renewer({conn, ...}) -> renewer       (copies each conn's settings)
+ * core.renewer({conn, ...} [, timeout_ms]) -> renewer
+ *   (copies each conn's settings; timeout_ms caps their connect and reply
+ *   timeouts: Redlock renews server after server, so one that does not
+ *   answer must not use up the validity)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
  *                                            -> renewal, id
  * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
@@ -47,7 +50,7 @@
 #include "scripts.h"
 
 #define MAX_SERVERS 64
-#define ERRLEN 256
+#define ERRLEN REDLOCK_CONN_ERRLEN
 #define MAX_TAKE 32
 #define MIN_RETRY_MS 10.0
 
@@ -174,6 +177,8 @@ static entry *next_due(renewer *r, double *when) {
 
 /* --- the thread's I/O (without the mutex) ------------------------------- */
 
+static int conn_fd(const redlock_conn *c) { return c->ctx != NULL ? c->ctx->fd : -1; }
+
 static void untrack(renewer *r, int i) {
     pthread_mutex_lock(&r->mu);
     if (r->dupfd[i] >= 0) {
@@ -188,7 +193,7 @@ static void untrack(renewer *r, int i) {
 static int connect_tracked(renewer *r, int i, char *err) {
     redlock_conn *c = r->conns[i];
     int stopping;
-    if (redlock_conn_fd(c) >= 0)
+    if (conn_fd(c) >= 0)
         return 0;
     untrack(r, i);
     pthread_mutex_lock(&r->mu);
@@ -199,11 +204,11 @@ static int connect_tracked(renewer *r, int i, char *err) {
         return -1;
     }
     if (redlock_conn_ensure(c) != 0) {
-        snprintf(err, ERRLEN, "%s", redlock_conn_error(c));
+        snprintf(err, ERRLEN, "%s", c->err);
         return -1;
     }
     pthread_mutex_lock(&r->mu);
-    r->dupfd[i] = dup(redlock_conn_fd(c)); /* -1: close just waits longer */
+    r->dupfd[i] = dup(conn_fd(c)); /* -1: close just waits longer */
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
@@ -246,23 +251,23 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
             len[1] = strlen(script->source);
             rc = redlock_conn_round_trip(c, 6, argv, len, &rep, &stale);
         }
-        if (redlock_conn_fd(c) < 0)
+        if (conn_fd(c) < 0)
             untrack(r, i);
         if (rc == 0 || !stale)
             break;
     }
     if (rc != 0) {
-        snprintf(err, ERRLEN, "%s", redlock_conn_error(c));
+        snprintf(err, ERRLEN, "%s", c->err);
         return -1;
     }
     if (rep->type == REDIS_REPLY_INTEGER)
         v = rep->integer == 1 ? 1 : 0;
     else if (rep->type == REDIS_REPLY_ERROR)
-        snprintf(err, ERRLEN, "server: %s: %.*s", redlock_conn_name(c),
+        snprintf(err, ERRLEN, "server: %s: %.*s", c->name,
                  (int)(rep->len > 160 ? 160 : rep->len), rep->str);
     else
         snprintf(err, ERRLEN, "server: %s: unexpected reply to extend (type %d)",
-                 redlock_conn_name(c), rep->type);
+                 c->name, rep->type);
     freeReplyObject(rep);
     return v;
 }
@@ -477,11 +482,13 @@ static renewer *open_renewer(lua_State *L) {
     return ud->r;
 }
 
-/* core.renewer({conn, ...}) */
+/* core.renewer({conn, ...} [, timeout_ms]) */
 static int renewer_new(lua_State *L) {
     int n, i;
+    lua_Integer cap = luaL_optinteger(L, 2, 0);
     renewer_ud *ud;
     luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_argcheck(L, cap >= 0 && cap <= 86400000, 2, "out of range");
     n = (int)lua_rawlen(L, 1);
     luaL_argcheck(L, n >= 1 && n <= MAX_SERVERS, 1, "1 to 64 conns expected");
     for (i = 1; i <= n; i++) {
@@ -490,7 +497,7 @@ static int renewer_new(lua_State *L) {
         c = (redlock_conn *)luaL_testudata(L, -1, REDLOCK_CONN_MT);
         if (c == NULL)
             return luaL_argerror(L, 1, lua_pushfstring(L, "conn expected at [%d]", i));
-        if (redlock_conn_closed(c))
+        if (c->closed)
             return luaL_argerror(L, 1, lua_pushfstring(L, "conn [%d] is closed", i));
         lua_pop(L, 1);
     }
@@ -507,6 +514,10 @@ static int renewer_new(lua_State *L) {
         lua_pop(L, 1);
         if (ud->r->conns[i] == NULL)
             return luaL_error(L, "out of memory"); /* __gc frees the others */
+        if (cap > 0 && (ud->r->conns[i]->timeout_ms == 0 || ud->r->conns[i]->timeout_ms > cap))
+            ud->r->conns[i]->timeout_ms = (int)cap;
+        if (cap > 0 && ud->r->conns[i]->connect_timeout_ms > cap)
+            ud->r->conns[i]->connect_timeout_ms = (int)cap;
     }
     return 1;
 }

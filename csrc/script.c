@@ -10,6 +10,7 @@ static redlock_script scripts[] = {
     {"release", REDLOCK_SCRIPT_RELEASE, ""},
     {"extend", REDLOCK_SCRIPT_EXTEND, ""},
     {"status", REDLOCK_SCRIPT_STATUS, ""},
+    {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
     {NULL, NULL, ""},
 };
 

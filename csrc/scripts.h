@@ -95,6 +95,16 @@
     "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),\n"    \
     "        tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
 
+/* KEYS[1] fence counter; ARGV[1] a fence. Raises the counter to at least
+ * the fence, never lowers it; returns the counter. Redlock's sync_fence
+ * writes a lock's fence back to the majority that granted it, so that the
+ * next majority, which shares a server with this one, counts past it. */
+#define REDLOCK_SCRIPT_FENCE_RAISE                                          \
+    "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
+    "local f = tonumber(ARGV[1])\n"                                        \
+    "if c < f then redis.call('SET', KEYS[1], ARGV[1]) return f end\n"     \
+    "return c\n"
+
 typedef struct {
     const char *name;
     const char *source;

@@ -15,6 +15,7 @@ local options = require "redlock.options"
 local hold = require "redlock.hold"
 local server_mod = require "redlock.server"
 local single = require "redlock.single"
+local quorum = require "redlock.quorum"
 local util = require "redlock.util"
 
 local now, sleep, new_token = core.now, core.sleep, core.token
@@ -77,11 +78,12 @@ function _M.new(opts)
         servers[i] = server_mod.new(spec, o.mode)
     end
     o.servers = nil
+    if #servers >= 2 then quorum.check_servers(servers) end
     return setmetatable({
         opts = o,
         servers = servers,
         drift_factor = o.drift_factor,
-        strategy = single,
+        strategy = #servers >= 2 and quorum or single,
         closed = false,
     }, Client)
 end
@@ -124,7 +126,7 @@ local function acquire(client, key, o, wait, renew)
         -- a notified waiter that waited long asks to be handed the lock next
         local claim = deadline - t0
         if not (wait_for and t0 - start >= FAIR_AFTER and claim >= 1) then claim = nil end
-        local ok, v, where = strategy.acquire(client, key, token, ttl, claim)
+        local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl, claim)
         if ok then return hold.taken(new_lock(client, key, token, v, ttl, t0), o, renew, t0) end
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
@@ -132,6 +134,8 @@ local function acquire(client, key, o, wait, renew)
         local left = deadline - now()
         if left <= 0 then
             if wait == 0 then
+                -- a strategy may say why other than "locked" (Redlock: no quorum)
+                if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
                 return nil, format("locked: %s is held by another owner on %s (expires in %s)",
                     show_key(key), where, v >= 0 and format("%d ms", v) or "never: no ttl"), "locked"
             end

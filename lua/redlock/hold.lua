@@ -22,6 +22,7 @@ local WEAK_KV = { __mode = "kv" }
 
 --- Default bound on renewal: 10 minutes after the acquire.
 _M.MAX_HOLD = 600000
+local REDLOCK_TIMEOUT = 50
 
 checks.owner = function(fname, name, v)
     if v ~= v then error(format("bad option '%s' to '%s' (not NaN)", name, fname), 5) end
@@ -76,7 +77,9 @@ local function start_renewal(lock, max_hold, t0)
     if r == nil then
         local conns = {}
         for i, server in ipairs(client.servers) do conns[i] = server.conn end
-        r = new_renewer(conns)
+        -- Redlock: the thread asks the servers one by one, each within the
+        -- short per-server timeout (opts.server_timeout, else 50 ms)
+        r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or nil)
         client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
     end
     local n = #client.servers

@@ -16,6 +16,7 @@ _M.DEFAULTS = {
     mode = "auto",
     connect_timeout = 1000,
     timeout = 1000,
+    server_backoff = 1000,
 }
 
 local function bad(fname, name, expected, value)
@@ -99,6 +100,9 @@ _M.CLIENT = {
     mode = checks.mode,
     connect_timeout = checks.timeout,
     timeout = checks.timeout,
+    server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
+    server_backoff = checks.non_negative, -- Redlock
+    sync_fence = checks.boolean, -- Redlock
 }
 
 local SERVER_FIELDS = {
@@ -201,6 +205,7 @@ function _M.servers(list)
     if type(list) ~= "table" or #list == 0 then
         error("bad option 'servers' to 'new' (non-empty list of URLs or tables expected)", 3)
     end
+    if #list > 64 then error("bad option 'servers' to 'new' (at most 64 servers)", 3) end
     local out = {}
     for i, s in ipairs(list) do
         if type(s) == "string" then

@@ -1,0 +1,494 @@
+/* Fan-out: one command to several connections at once (Redlock's parallel
+ * requests). Mechanism only; which servers to ask and what the replies mean
+ * is policy, in lua/redlock/quorum.lua.
+ *
+ * fanout(conns, timeout_ms, arg, ...)              -> values, errs, codes, flags
+ * fanout_eval(conns, timeout_ms, name, nkeys, ...) -> values, errs, codes, flags
+ *
+ * The command is encoded once and appended to every connection's output
+ * buffer; a connection that is not open is opened now, non-blocking, with
+ * AUTH and SELECT queued ahead of the command. Every request is written
+ * before any reply is read; then poll() collects the replies until each has
+ * answered or its time has passed since the call began: timeout_ms, twice
+ * that for a connection made in this call (one more round trip). The call
+ * costs the slowest answer, capped, not the sum of the answers.
+ * A connection that did not answer in time is closed: its late reply would
+ * otherwise be read as the answer to its next command.
+ *
+ * For conns[i]: values[i] is the reply (as conn:command gives it), or
+ * errs[i] and codes[i] ("connection", "server", "closed") say why not;
+ * flags[i] is "timeout" when no answer came in time, "stale" when a
+ * connection made before this call turned out closed by the server (a retry
+ * on a fresh connection is sensible, as conn:command's `stale`), else nil.
+ * fanout_eval runs a named script of scripts.h by EVALSHA; a server that
+ * answers NOSCRIPT gets one EVAL in the same call, within the same time. */
+#define _GNU_SOURCE
+#include "fanout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "conn.h"
+#include "proto.h"
+#include "reply.h"
+#include "scripts.h"
+
+#define MAX_CONNS 64
+#define READ_CHUNK 16384
+
+enum { S_DONE, S_CONNECTING, S_WRITING, S_READING };
+enum { RC_OK, RC_CONNECTION, RC_SERVER, RC_CLOSED };
+enum { F_NONE, F_TIMEOUT, F_STALE };
+
+static const char *const code_words[] = {"", "connection", "server", "closed"};
+static const char *const flag_words[] = {NULL, "timeout", "stale"};
+
+typedef struct {
+    redlock_conn *u;
+    int state, rc, flag;
+    int reused;    /* the connection was open before this call */
+    int got_bytes; /* something was read from it in this call */
+    int setup;     /* AUTH/SELECT replies still due before ours */
+    int auth_due;  /* the next of them is AUTH's */
+    int evaled;    /* NOSCRIPT was answered with EVAL */
+    int limit_ms;  /* its time to answer, from the start of the call */
+    redisReply *reply;
+} slot;
+
+typedef struct {
+    int n, timeout_ms;
+    slot *slots;
+    const char *cmd, *alt; /* EVALSHA (or the command), and EVAL */
+    int cmdlen, altlen;
+} batch;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Ends a slot with a failure; the message goes to the conn's err buffer,
+ * as for conn:command. A connection failure closes the socket. */
+static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
+    int len;
+    va_list ap;
+    len = snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s: %s: ", code_words[rc], s->u->name);
+    if (len > 0 && len < REDLOCK_CONN_ERRLEN) {
+        va_start(ap, fmt);
+        vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap);
+        va_end(ap);
+    }
+    s->rc = rc;
+    s->flag = flag;
+    s->state = S_DONE;
+    if (rc == RC_CONNECTION)
+        redlock_conn_drop(s->u);
+}
+
+/* A dropped connection that was open before this call and answered nothing
+ * in it: the server closed it while idle (timeout, restart, CLIENT KILL). */
+static int stale_flag(const slot *s) { return s->reused && !s->got_bytes ? F_STALE : F_NONE; }
+
+/* Opens a connection without blocking and queues AUTH and SELECT. */
+static void start_connect(slot *s) {
+    redlock_conn *u = s->u;
+    redisContext *c;
+    s->reused = 0;
+    c = u->path ? redisConnectUnixNonBlock(u->path) : redisConnectNonBlock(u->host, u->port);
+    if (c == NULL) {
+        fail(s, RC_CONNECTION, F_NONE, "could not connect (out of memory)");
+        return;
+    }
+    u->ctx = c;
+    if (c->err) {
+        fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", c->errstr);
+        return;
+    }
+    if (u->password != NULL) {
+        const char *argv[3] = {"AUTH", u->username, u->password};
+        int argc = 3;
+        if (u->username == NULL) {
+            argv[1] = u->password;
+            argc = 2;
+        }
+        if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "could not connect (out of memory)");
+            return;
+        }
+        s->setup++;
+        s->auth_due = 1;
+    }
+    if (u->db != 0) {
+        char db[24];
+        const char *argv[2] = {"SELECT", db};
+        snprintf(db, sizeof db, "%d", u->db);
+        if (redisAppendCommandArgv(c, 2, argv, NULL) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "could not connect (out of memory)");
+            return;
+        }
+        s->setup++;
+    }
+    s->state = S_CONNECTING;
+}
+
+/* The socket became writable: the connect finished, well or not. The
+ * connection is then made what conn.c expects: blocking, with its timeout
+ * (this file reads and writes with MSG_DONTWAIT, whatever the mode). */
+static void finish_connect(slot *s) {
+    redisContext *c = s->u->ctx;
+    int err = 0, fl;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    if (err != 0) {
+        fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", strerror(err));
+        return;
+    }
+    fl = fcntl(c->fd, F_GETFL);
+    if (fl == -1 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+        fail(s, RC_CONNECTION, F_NONE, "could not connect (fcntl: %s)", strerror(errno));
+        return;
+    }
+    c->flags |= REDIS_BLOCK;
+    if (s->u->timeout_ms > 0) {
+        struct timeval tv;
+        tv.tv_sec = s->u->timeout_ms / 1000;
+        tv.tv_usec = (s->u->timeout_ms % 1000) * 1000;
+        if (redisSetTimeout(c, tv) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "could not set the timeout (%s)", c->errstr);
+            return;
+        }
+    }
+    s->state = S_WRITING;
+}
+
+static void do_write(slot *s) {
+    int r = redlock_conn_flush(s->u->ctx, 1);
+    if (r == 0)
+        s->state = S_READING;
+    else if (r < 0)
+        fail(s, RC_CONNECTION, stale_flag(s), "lost the connection sending (%s)",
+             strerror(errno));
+}
+
+static int is_noscript(const redisReply *r) {
+    return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Takes the complete replies out of the reader. */
+static void take_replies(batch *b, slot *s) {
+    redisContext *c = s->u->ctx;
+    while (s->state == S_READING) {
+        void *p = NULL;
+        redisReply *r;
+        if (redisReaderGetReply(c->reader, &p) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", c->reader->errstr);
+            return;
+        }
+        if (p == NULL)
+            return;
+        r = (redisReply *)p;
+        if (s->setup > 0) {
+            const char *what = s->auth_due ? "AUTH" : "SELECT";
+            s->setup--;
+            s->auth_due = 0;
+            if (r->type == REDIS_REPLY_ERROR) {
+                /* the connection is useless: close it, as conn.c does */
+                fail(s, RC_SERVER, F_NONE, "%s failed: %.*s", what,
+                     (int)(r->len > 160 ? 160 : r->len), r->str);
+                freeReplyObject(r);
+                redlock_conn_drop(s->u);
+                return;
+            }
+            freeReplyObject(r);
+            continue;
+        }
+        if (b->alt != NULL && !s->evaled && is_noscript(r)) {
+            freeReplyObject(r);
+            s->evaled = 1;
+            if (redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK) {
+                fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
+                return;
+            }
+            s->state = S_WRITING;
+            do_write(s);
+            return;
+        }
+        s->reply = r;
+        s->rc = RC_OK;
+        s->state = S_DONE;
+    }
+}
+
+static void do_read(batch *b, slot *s) {
+    char buf[READ_CHUNK];
+    ssize_t n;
+    do {
+        n = recv(s->u->ctx->fd, buf, sizeof buf, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)",
+             strerror(errno));
+        return;
+    }
+    if (n == 0) {
+        fail(s, RC_CONNECTION, stale_flag(s),
+             "lost the connection waiting for a reply (closed by the server)");
+        return;
+    }
+    s->got_bytes = 1;
+    if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
+        fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
+        return;
+    }
+    take_replies(b, s);
+}
+
+static void start(batch *b, slot *s) {
+    redlock_conn *u = s->u;
+    if (u->closed) {
+        s->rc = RC_CLOSED;
+        s->state = S_DONE;
+        snprintf(u->err, REDLOCK_CONN_ERRLEN, "closed: the connection is closed");
+        return;
+    }
+    if (u->ctx == NULL) {
+        start_connect(s);
+        if (s->state == S_DONE)
+            return;
+    } else {
+        s->reused = 1;
+        s->state = S_WRITING;
+    }
+    if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK) {
+        fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
+        return;
+    }
+    if (s->state == S_WRITING)
+        do_write(s);
+}
+
+static void time_out(slot *s) {
+    fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
+         s->state == S_CONNECTING ? "connecting"
+         : s->state == S_WRITING  ? "sending"
+                                  : "waiting for a reply");
+}
+
+static void run(batch *b, struct pollfd *pfds, int *which) {
+    double t0 = now_ms();
+    int i;
+    for (i = 0; i < b->n; i++) {
+        slot *s = &b->slots[i];
+        start(b, s);
+        /* A connection made now needs one more round trip (the handshake,
+         * with AUTH and SELECT queued ahead of the command). */
+        s->limit_ms = s->reused ? b->timeout_ms : 2 * b->timeout_ms;
+    }
+    for (;;) {
+        int k = 0, r, j;
+        double t = now_ms(), left = -1;
+        for (i = 0; i < b->n; i++) {
+            slot *s = &b->slots[i];
+            double mine;
+            if (s->state == S_DONE)
+                continue;
+            mine = t0 + s->limit_ms - t;
+            if (mine <= 0) {
+                time_out(s);
+                continue;
+            }
+            if (left < 0 || mine < left)
+                left = mine;
+            pfds[k].fd = s->u->ctx->fd;
+            pfds[k].events = s->state == S_READING ? POLLIN : POLLOUT;
+            pfds[k].revents = 0;
+            which[k++] = i;
+        }
+        if (k == 0)
+            break;
+        r = poll(pfds, (nfds_t)k, (int)left + 1);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            for (j = 0; j < k; j++)
+                fail(&b->slots[which[j]], RC_CONNECTION, F_NONE, "poll failed (%s)",
+                     strerror(errno));
+            break;
+        }
+        for (j = 0; j < k; j++) {
+            slot *s = &b->slots[which[j]];
+            if (pfds[j].revents == 0)
+                continue;
+            if (s->state == S_CONNECTING)
+                finish_connect(s);
+            if (s->state == S_WRITING)
+                do_write(s);
+            else if (s->state == S_READING)
+                do_read(b, s);
+        }
+    }
+}
+
+/* Runs protected: builds the four result tables from the slots. */
+static int push_results(lua_State *L) {
+    batch *b = (batch *)lua_touserdata(L, 1);
+    int i;
+    lua_createtable(L, b->n, 0);
+    lua_createtable(L, b->n, 0);
+    lua_createtable(L, b->n, 0);
+    lua_createtable(L, b->n, 0);
+    for (i = 0; i < b->n; i++) {
+        slot *s = &b->slots[i];
+        redisReply *r = s->reply;
+        if (s->rc == RC_OK && r->type != REDIS_REPLY_ERROR) {
+            redlock_push_reply(L, r);
+            lua_rawseti(L, -5, i + 1);
+            continue;
+        }
+        if (s->rc == RC_OK) {
+            lua_pushfstring(L, "server: %s: ", s->u->name);
+            lua_pushlstring(L, r->str, r->len > 200 ? 200 : r->len);
+            lua_concat(L, 2);
+            lua_rawseti(L, -4, i + 1);
+            lua_pushstring(L, code_words[RC_SERVER]);
+        } else {
+            lua_pushstring(L, s->u->err);
+            lua_rawseti(L, -4, i + 1);
+            lua_pushstring(L, code_words[s->rc]);
+        }
+        lua_rawseti(L, -3, i + 1);
+        if (s->flag != F_NONE) {
+            lua_pushstring(L, flag_words[s->flag]);
+            lua_rawseti(L, -2, i + 1);
+        }
+    }
+    return 4;
+}
+
+static void free_batch(batch *b, const char **argv, size_t *argvlen) {
+    int i;
+    if (b->slots != NULL)
+        for (i = 0; i < b->n; i++)
+            if (b->slots[i].reply != NULL)
+                freeReplyObject(b->slots[i].reply);
+    free(b->slots);
+    free((void *)b->cmd);
+    free((void *)b->alt);
+    free((void *)argv);
+    free(argvlen);
+}
+
+/* Checks conns (arg 1) and timeout (arg 2); returns the count. */
+static int check_conns(lua_State *L, redlock_conn **conns) {
+    int n, i, j;
+    lua_Integer ms;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = (int)lua_rawlen(L, 1);
+    luaL_argcheck(L, n >= 1 && n <= MAX_CONNS, 1, "1 to 64 conns expected");
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        conns[i] = redlock_conn_test(L, -1);
+        lua_pop(L, 1); /* the table keeps the userdata alive */
+        if (conns[i] == NULL)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "conn expected at index %d", i + 1));
+        for (j = 0; j < i; j++)
+            if (conns[j] == conns[i])
+                return luaL_argerror(L, 1, lua_pushfstring(L, "conn at index %d twice", i + 1));
+    }
+    ms = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 2, "out of range (1 to 86400000 ms)");
+    return n;
+}
+
+static int fanout_common(lua_State *L, const redlock_script *script) {
+    redlock_conn *conns[MAX_CONNS];
+    struct pollfd pfds[MAX_CONNS];
+    int which[MAX_CONNS];
+    int n = check_conns(L, conns), first, argc, prefix, status, i;
+    const char **argv = NULL;
+    size_t *argvlen = NULL;
+    char *cmd = NULL;
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.n = n;
+    b.timeout_ms = (int)lua_tointeger(L, 2);
+    if (script != NULL) {
+        lua_Integer nkeys = luaL_checkinteger(L, 4);
+        int top = lua_gettop(L);
+        luaL_argcheck(L, nkeys >= 0 && nkeys <= top - 4, 4, "numkeys out of range");
+        first = 4; /* numkeys, keys and args */
+        prefix = 2;
+    } else {
+        first = 3;
+        prefix = 0;
+    }
+    argc = redlock_check_argv(L, first, lua_gettop(L));
+    /* Everything that may raise comes before the C memory. */
+    lua_pushcfunction(L, push_results);
+    if (redlock_argv_alloc(L, first, argc, prefix, &argv, &argvlen) != 0)
+        return luaL_error(L, "out of memory");
+    b.slots = (slot *)calloc((size_t)n, sizeof(slot));
+    if (script != NULL) {
+        argv[0] = "EVALSHA";
+        argvlen[0] = 7;
+        argv[1] = script->sha;
+        argvlen[1] = 40;
+    }
+    b.cmdlen = redisFormatCommandArgv(&cmd, argc + prefix, argv, argvlen);
+    b.cmd = cmd;
+    if (script != NULL) {
+        argv[0] = "EVAL";
+        argvlen[0] = 4;
+        argv[1] = script->source;
+        argvlen[1] = strlen(script->source);
+        cmd = NULL;
+        b.altlen = redisFormatCommandArgv(&cmd, argc + prefix, argv, argvlen);
+        b.alt = cmd;
+    }
+    if (b.slots == NULL || b.cmdlen < 0 || b.cmd == NULL ||
+        (script != NULL && (b.altlen < 0 || b.alt == NULL))) {
+        free_batch(&b, argv, argvlen);
+        return luaL_error(L, "out of memory");
+    }
+    for (i = 0; i < n; i++)
+        b.slots[i].u = conns[i];
+    run(&b, pfds, which);
+    lua_pushlightuserdata(L, &b);
+    status = lua_pcall(L, 1, 4, 0);
+    free_batch(&b, argv, argvlen);
+    if (status != 0)
+        return lua_error(L); /* everything is freed */
+    return 4;
+}
+
+/* fanout(conns, timeout_ms, arg, ...) */
+static int core_fanout(lua_State *L) { return fanout_common(L, NULL); }
+
+/* fanout_eval(conns, timeout_ms, name, numkeys, key..., arg...) */
+static int core_fanout_eval(lua_State *L) {
+    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 3));
+    if (s == NULL)
+        return luaL_argerror(L, 3, "unknown script");
+    return fanout_common(L, s);
+}
+
+void redlock_fanout_open(lua_State *L) {
+    lua_pushcfunction(L, core_fanout);
+    lua_setfield(L, -2, "fanout");
+    lua_pushcfunction(L, core_fanout_eval);
+    lua_setfield(L, -2, "fanout_eval");
+}

@@ -1,0 +1,344 @@
+--- The Redlock strategy: one lock across N independent Redis masters, held
+-- while a majority (floor(N/2)+1) holds it. Implements the strategy
+-- interface documented at the top of redlock/single.lua. Internal.
+--
+-- Every request goes to all servers at once (core.fanout_eval), each with a
+-- small timeout, so an attempt costs the slowest answer, not the sum. A
+-- server whose connection failed or timed out is skipped (counted as
+-- failed) for opts.server_backoff ms, so a dead or frozen server costs one
+-- timeout per back-off, not one per call.
+--
+-- Servers whose operations are not the scripted ones (legacy mode) cannot
+-- join a fan-out: they are asked one by one through their Server methods,
+-- after the fan-out, with their own command timeout. So are servers in
+-- mode "auto" whose script failed with a server error, which gives
+-- Server:acquire the chance to switch them to another mode.
+local core = require "redlock.core"
+local scripted = require "redlock.scripted"
+
+local fanout_eval, now = core.fanout_eval, core.now
+local fence_key = scripted.fence_key
+local format, find, sub = string.format, string.find, string.sub
+local floor, min, max = math.floor, math.min, math.max
+local concat, sort = table.concat, table.sort
+local ipairs, type, tostring = ipairs, type, tostring
+
+local _M = { name = "quorum" }
+
+--- How many servers make a majority of n.
+function _M.quorum(n) return floor(n / 2) + 1 end
+
+--- The per-server timeout of a fan-out, ms: opts.server_timeout, else
+-- ttl/200 kept within 10..50 (the Redis documentation suggests 5-50 ms for
+-- a 10 s ttl; below 10 ms a busy host misses it too often).
+function _M.server_timeout(client, ttl)
+    return client.opts.server_timeout or min(50, max(10, floor(ttl / 200)))
+end
+
+--- Raises unless the servers are distinct: two entries for one Redis
+-- (even with different db numbers) would give it two votes.
+function _M.check_servers(servers)
+    local seen = {}
+    for i, server in ipairs(servers) do
+        local first = seen[server.name]
+        if first then
+            error(format("bad option 'servers' to 'new' (server #%d is server #%d again: %s;"
+                .. " Redlock needs independent servers)", i, first, server.name), 3)
+        end
+        seen[server.name] = i
+    end
+end
+
+local function fanout_ops(server) return server.ops == scripted end
+
+-- The indices of the servers to ask now: those not in back-off.
+local function up(client, t)
+    local live, skipped = {}, nil
+    for i, server in ipairs(client.servers) do
+        local d = server.down_until
+        if d and d > t then
+            skipped = skipped or {}
+            skipped[#skipped + 1] = i
+        else
+            live[#live + 1] = i
+        end
+    end
+    return live, skipped
+end
+
+-- Asks the servers listed (indices) in one fan-out of a named script, the
+-- others one by one with seq(server). interpret(server, reply) turns a
+-- script reply into what the Server method would return. Returns, by
+-- position in list: st (true | false | nil), v (the value, or the error
+-- message), codes and flags ("timeout") of the failures. A connection that
+-- the server had closed while idle is retried once on a fresh one.
+local function ask(client, list, timeout, name, interpret, seq, ...)
+    local servers = client.servers
+    local st, v, codes, flags = {}, {}, {}, {}
+    local conns, pos = {}, {}
+    for j, i in ipairs(list) do
+        if fanout_ops(servers[i]) then
+            conns[#conns + 1] = servers[i].conn
+            pos[#pos + 1] = j
+        end
+    end
+    if #conns > 0 then
+        local vals, errs, cods, flgs = fanout_eval(conns, timeout, name, ...)
+        local again, at
+        for k = 1, #conns do
+            if flgs[k] == "stale" then
+                again, at = again or {}, at or {}
+                again[#again + 1], at[#at + 1] = conns[k], k
+            end
+        end
+        if again then
+            local v2, e2, c2, f2 = fanout_eval(again, timeout, name, ...)
+            for m, k in ipairs(at) do
+                vals[k], errs[k], cods[k], flgs[k] = v2[m], e2[m], c2[m], f2[m]
+            end
+        end
+        for k = 1, #conns do
+            local j = pos[k]
+            if vals[k] ~= nil then
+                st[j], v[j], codes[j] = interpret(servers[list[j]], vals[k])
+            else
+                st[j], v[j], codes[j], flags[j] = nil, errs[k], cods[k], flgs[k]
+            end
+        end
+    end
+    for j, i in ipairs(list) do
+        local server = servers[i]
+        if not fanout_ops(server) or (codes[j] == "server" and server.mode == "auto") then
+            st[j], v[j], codes[j] = seq(server)
+            flags[j] = nil
+        end
+    end
+    return st, v, codes, flags
+end
+
+-- Connection failures (timeouts included) put a server in back-off.
+local function mark_down(client, list, st, codes, t)
+    local backoff = client.opts.server_backoff
+    if backoff <= 0 then return end
+    for j, i in ipairs(list) do
+        if st[j] == nil and codes[j] == "connection" then
+            client.servers[i].down_until = t + backoff
+        end
+    end
+end
+
+local function unexpected(server, what, r)
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
+end
+
+local function acquire_reply(server, r)
+    if type(r) ~= "table" then return unexpected(server, "acquire", r) end
+    if r[1] == 1 then return true, r[2] end
+    return false, r[2]
+end
+
+local function flag_reply(server, r)
+    if r == 1 then return true end
+    if r == 0 then return false end
+    return unexpected(server, "a lock script", r)
+end
+
+-- "NAME: what" for one server's failure, without the code word and the name
+-- that the message repeats.
+local function failure(server, msg, code, flag)
+    local name = server.name
+    local at = find(msg, name .. ": ", 1, true)
+    local rest = at and sub(msg, at + #name + 2) or msg
+    if flag == "timeout" then return name .. ": " .. rest end
+    if code == "connection" then return name .. ": error: " .. rest end
+    return name .. ": error: " .. code .. ": " .. rest
+end
+
+-- Per-server detail for a message, in server order.
+local function details(client, list, skipped, st, v, codes, flags, yes, no, t)
+    local servers, out = client.servers, {}
+    for j, i in ipairs(list) do
+        local server = servers[i]
+        local text
+        if st[j] then
+            text = server.name .. ": " .. yes
+        elseif st[j] == false then
+            text = server.name .. ": " .. no
+            if type(v[j]) == "number" then
+                text = text .. (v[j] >= 0 and format(" (expires in %d ms)", v[j]) or " (no ttl)")
+            end
+        else
+            text = failure(server, v[j], codes[j], flags[j])
+        end
+        out[i] = text
+    end
+    for _, i in ipairs(skipped or {}) do
+        local server = servers[i]
+        out[i] = format("%s: skipped, it failed recently (next try in %d ms)", server.name,
+            max(0, floor(server.down_until - t)))
+    end
+    local list2 = {}
+    for i = 1, #servers do list2[#list2 + 1] = out[i] end
+    return concat(list2, "; ")
+end
+
+-- "k of n servers (a, b, c)"
+local function which(client, list, st, want)
+    local names = {}
+    for j, i in ipairs(list) do
+        if st[j] == want then names[#names + 1] = client.servers[i].name end
+    end
+    if #names == 0 then return format("0 of %d servers", #client.servers) end
+    return format("%d of %d servers (%s)", #names, #client.servers, concat(names, ", "))
+end
+
+local function count(list, st)
+    local yes, no = 0, 0
+    for j = 1, #list do
+        if st[j] then yes = yes + 1 elseif st[j] == false then no = no + 1 end
+    end
+    return yes, no
+end
+
+local function number_reply(server, r)
+    if type(r) == "number" then return true, r end
+    return unexpected(server, "fence_raise", r)
+end
+
+-- sync_fence: writes the fence back to the servers that granted it. Returns
+-- how many took it, and their detail for a message.
+local function sync_fence(client, key, live, st, fence, timeout)
+    local granted = {}
+    for j, i in ipairs(live) do
+        if st[j] then granted[#granted + 1] = i end
+    end
+    local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
+        function(server)
+            return nil, format("server: %s: sync_fence needs scripting", server.name), "server"
+        end, 1, fence_key(key), format("%d", fence))
+    mark_down(client, granted, fst, fcodes, now())
+    return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
+end
+
+local function release_on(client, list, key, token, timeout)
+    local st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
+        function(server) return server:release(key, token) end, 1, key, token)
+    mark_down(client, list, st, codes, now())
+    return st, v, codes, flags
+end
+
+-- The time until enough other holders' keys expire for a majority to be
+-- free: the m-th shortest pttl, m = holders - (n - quorum). -1 if never.
+local function wait_hint(list, st, v, n, q)
+    local pttls = {}
+    for j = 1, #list do
+        if st[j] == false then
+            pttls[#pttls + 1] = (type(v[j]) == "number" and v[j] >= 0) and v[j] or math.huge
+        end
+    end
+    sort(pttls)
+    local p = pttls[#pttls - (n - q)]
+    if not p or p == math.huge then return -1 end
+    return p
+end
+
+--- Takes the lock on a majority within the validity, or releases it on
+-- every server asked. Returns true, fence | false, pttl, where[, why, code]
+-- (why: the message to give instead of "locked" when the attempt was not
+-- refused by a majority of other holders: split votes, too slow)
+-- | nil, err, "no quorum" (failures leave fewer than a majority).
+function _M.acquire(client, key, token, ttl)
+    local n = #client.servers
+    local q = _M.quorum(n)
+    local t0 = now()
+    local timeout = _M.server_timeout(client, ttl)
+    local live, skipped = up(client, t0)
+    local st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply,
+        function(server) return server:acquire(key, token, ttl) end,
+        2, key, fence_key(key), token, format("%d", ttl))
+    local t1 = now()
+    mark_down(client, live, st, codes, t1)
+    local drift = ttl * client.drift_factor + 2
+    local elapsed = t1 - t0
+    local granted, held = count(live, st)
+    if granted >= q and ttl - elapsed - drift > 0 then
+        local fence = 0
+        for j = 1, #live do
+            if st[j] and v[j] > fence then fence = v[j] end
+        end
+        if not client.opts.sync_fence then return true, fence end
+        local synced, detail = sync_fence(client, key, live, st, fence, timeout)
+        t1 = now()
+        elapsed = t1 - t0
+        if synced < q then
+            release_on(client, live, key, token, timeout)
+            return nil, format("no quorum: granted by %d of %d servers, but the fence reached %d, %d needed"
+                .. " (%s)", granted, n, synced, q, detail), "no quorum"
+        end
+        if ttl - elapsed - drift > 0 then return true, fence end
+    end
+    -- Failed: take back what we got, on every server asked, those that
+    -- timed out included (the request may have landed).
+    release_on(client, live, key, token, timeout)
+    local detail = details(client, live, skipped, st, v, codes, flags, "granted", "held by another owner", t1)
+    if held >= q then
+        return false, wait_hint(live, st, v, n, q), which(client, live, st, false)
+    end
+    if granted >= q then
+        return false, -1, which(client, live, st, false),
+            format("no quorum: the attempt took %d ms, more than the validity of a %d ms ttl (%s)",
+                floor(elapsed), ttl, detail), "no quorum"
+    end
+    local msg = format("no quorum: granted by %d of %d servers, %d needed (%s)", granted, n, q, detail)
+    if granted + held >= q then
+        -- split votes between contenders: worth another try after a delay
+        return false, -1, which(client, live, st, false), msg, "no quorum"
+    end
+    return nil, msg, "no quorum"
+end
+
+-- Release and extend: true on a majority; false when so many servers say
+-- the key is not ours that we cannot hold a majority; else no quorum.
+local function outcome(client, live, skipped, st, v, codes, flags, verb, t)
+    local n = #client.servers
+    local q = _M.quorum(n)
+    local yes, no = count(live, st)
+    if yes >= q then return true end
+    if no > n - q then return false, which(client, live, st, false) end
+    return nil, format("no quorum: %s on %d of %d servers, %d needed (%s)", verb, yes, n, q,
+        details(client, live, skipped, st, v, codes, flags, verb, "not held", t)), "no quorum"
+end
+
+--- Deletes the key where it still holds our token, on every server not in
+-- back-off (a server in back-off keeps its copy until the ttl).
+function _M.release(client, key, token)
+    local live, skipped = up(client, now())
+    local st, v, codes, flags = release_on(client, live, key, token,
+        _M.server_timeout(client, client.opts.ttl))
+    return outcome(client, live, skipped, st, v, codes, flags, "released", now())
+end
+
+--- Extends the key where it still holds our token; true only on a majority
+-- within the new validity. When a majority no longer holds it, our copies
+-- left on the others are deleted too.
+function _M.extend(client, key, token, ttl)
+    local t0 = now()
+    local timeout = _M.server_timeout(client, ttl)
+    local live, skipped = up(client, t0)
+    local st, v, codes, flags = ask(client, live, timeout, "extend", flag_reply,
+        function(server) return server:extend(key, token, ttl) end,
+        1, key, token, format("%d", ttl))
+    local t1 = now()
+    mark_down(client, live, st, codes, t1)
+    local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
+    if ok then
+        local elapsed = t1 - t0
+        if ttl - elapsed - (ttl * client.drift_factor + 2) > 0 then return true end
+        return nil, format("no quorum: extending took %d ms, more than the validity of a %d ms ttl",
+            floor(elapsed), ttl), "no quorum"
+    end
+    if ok == false then release_on(client, live, key, token, timeout) end
+    return ok, where, code
+end
+
+return _M
