@@ -269,6 +269,29 @@ describe("renewal", function()
             end
         end
 
+        it("a Redlock client renews on every server, and goes on with one of three down", function()
+            local urls = {}
+            for i = 1, 3 do urls[i] = servers[i]:url() end
+            local c = redlock.new { servers = urls }
+            local key = helper.key()
+            local ok, err = c:with_lock(key, { ttl = 500 }, function(lock)
+                core.sleep(800)
+                for i = 1, 3 do assert.equal(lock.token, conns[i]:command("GET", key)) end
+                servers[2]:kill()
+                core.sleep(1000)
+                assert.equal(lock.token, conns[1]:command("GET", key))
+                assert.equal(lock.token, conns[3]:command("GET", key))
+                assert.is_false((lock:lost()))
+                assert.is_true(lock:remaining() > 0)
+            end)
+            assert.is_true(ok, err)
+            assert.equal(0, conns[1]:command("EXISTS", key))
+            c:close()
+            servers[2]:restart()
+            conns[2]:close()
+            conns[2] = core.conn(servers[2]:spec())
+        end)
+
         it("counts a renewal with a majority and marks the lock lost without one", function()
             local renewer = core.renewer(conns)
             local key, token = helper.key(), core.token()
