@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +83,7 @@ struct renewer {
     pthread_cond_t cv;
     pthread_t thread;
     int started, stopping, closed;
+    pid_t pid; /* the process the thread runs in */
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
     redlock_conn **conns; /* the thread's own; freed after the join */
@@ -373,6 +375,7 @@ static int start_thread(renewer *r) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         r->started = 1;
+        r->pid = getpid();
         count_threads(1);
     }
     return rc;
@@ -380,20 +383,25 @@ static int start_thread(renewer *r) {
 
 /* --- renewer lifetime ---------------------------------------------------- */
 
-static renewer *renewer_alloc(int n) {
+/* The condition variable, timed on CLOCK_MONOTONIC. 0 or -1. */
+static int init_cond(pthread_cond_t *cv) {
     pthread_condattr_t ca;
+    int ok;
+    if (pthread_condattr_init(&ca) != 0)
+        return -1;
+    ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    return ok ? 0 : -1;
+}
+
+static renewer *renewer_alloc(int n) {
     renewer *r = calloc(1, sizeof *r);
     int i, ok;
     if (r == NULL)
         return NULL;
     r->conns = calloc((size_t)n, sizeof(redlock_conn *));
     r->dupfd = malloc((size_t)n * sizeof *r->dupfd);
-    ok = r->conns != NULL && r->dupfd != NULL && pthread_condattr_init(&ca) == 0;
-    if (ok) {
-        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-             pthread_cond_init(&r->cv, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
+    ok = r->conns != NULL && r->dupfd != NULL && init_cond(&r->cv) == 0;
     if (ok && pthread_mutex_init(&r->mu, NULL) != 0) {
         pthread_cond_destroy(&r->cv);
         ok = 0;
@@ -469,10 +477,46 @@ static void renewer_unref(renewer *r) {
         renewer_free(r);
 }
 
+/* A child of fork() (without exec) has no renewal thread, and may have a
+ * copy of the mutex that the thread held at the fork: it starts over
+ * without either, with its own sockets, and leaves the parent's locks to
+ * the parent (it must not join a thread it does not have). Runs before
+ * every use of the renewer from Lua; only the main thread writes pid. */
+static void after_fork(renewer *r) {
+    entry *e, *next;
+    int i;
+    if (r->pid == 0 || r->pid == getpid())
+        return;
+    pthread_mutex_init(&r->mu, NULL);
+    init_cond(&r->cv);
+    if (r->started && !r->closed)
+        count_threads(-1); /* the parent's thread, counted in the copy */
+    r->pid = 0;
+    r->started = 0;
+    r->stopping = r->closed;
+    for (i = 0; i < r->nservers; i++) {
+        if (r->conns[i] != NULL)
+            redlock_conn_drop(r->conns[i]); /* this process's copy of the socket */
+        if (r->dupfd[i] >= 0)
+            close(r->dupfd[i]);
+        r->dupfd[i] = -1;
+    }
+    for (e = r->list; e != NULL; e = next) {
+        next = e->next;
+        stop_entry(r, e);
+        e->in_list = 0;
+        entry_unref(e);
+    }
+    r->list = NULL;
+}
+
 /* --- Lua: renewer -------------------------------------------------------- */
 
 static renewer_ud *check_renewer(lua_State *L) {
-    return (renewer_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWER_MT);
+    renewer_ud *ud = (renewer_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWER_MT);
+    if (ud->r != NULL)
+        after_fork(ud->r);
+    return ud;
 }
 
 static renewer *open_renewer(lua_State *L) {
@@ -685,6 +729,7 @@ static entry *check_renewal(lua_State *L) {
     renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
     if (h->e == NULL)
         luaL_error(L, "attempt to use a collected renewal");
+    after_fork(h->e->r);
     return h->e;
 }
 
@@ -776,6 +821,7 @@ static int renewal_gc(lua_State *L) {
         return 0;
     h->e = NULL;
     r = e->r;
+    after_fork(r);
     pthread_mutex_lock(&r->mu);
     stop_entry(r, e);
     entry_unref(e);
