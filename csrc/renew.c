@@ -727,9 +727,10 @@ static int renewer_tostring(lua_State *L) {
 
 static entry *check_renewal(lua_State *L) {
     renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
-    if (h->e == NULL)
+    if (h->e != NULL)
+        after_fork(h->e->r);
+    else
         luaL_error(L, "attempt to use a collected renewal");
-    after_fork(h->e->r);
     return h->e;
 }
 
