@@ -189,6 +189,15 @@ describe("renewal", function()
         assert.is_true(lock:release())
     end)
 
+    it("does not renew in legacy mode (renew is ignored there)", function()
+        local c = redlock.new { servers = { server:url() }, mode = "legacy" }
+        local ok, renewal = c:with_lock(helper.key(), { ttl = 2000 }, function(lock) return lock.renewal end)
+        assert.is_true(ok)
+        assert.is_nil(renewal)
+        assert.is_nil(c.renewer)
+        c:close()
+    end)
+
     describe("lifetime", function()
         it("close() stops and joins the thread; release stops the lock's renewal", function()
             local base = core.renew_threads()

@@ -25,7 +25,7 @@ _M.MAX_HOLD = 600000
 local REDLOCK_TIMEOUT = 50
 
 checks.owner = function(fname, name, v)
-    if v ~= v then error(format("bad option '%s' to '%s' (not NaN)", name, fname), 5) end
+    if v ~= v then error(format("bad option '%s' to '%s' (any value but NaN expected)", name, fname), 5) end
     return v
 end
 
@@ -62,12 +62,15 @@ function _M.dispatch(client)
     end
 end
 
--- Renewal needs the extend script on every server (legacy mode has none).
+-- Renewal runs the extend script, which legacy mode lacks: it needs a
+-- majority of servers not known to be legacy ("auto" ones that were down at
+-- the acquire count: they answer the script or fail like a down server).
 local function renewable(client)
+    local n, scripted = #client.servers, 0
     for _, server in ipairs(client.servers) do
-        if server.ops.name ~= "script" then return false end
+        if server.ops.name ~= "legacy" then scripted = scripted + 1 end
     end
-    return true
+    return scripted >= floor(n / 2) + 1
 end
 
 local function start_renewal(lock, max_hold, t0)
