@@ -110,17 +110,22 @@ describe("notified waiting", function()
         function()
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
-        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 1000)
         assert.is_true(eventually(5000, function() return blocked() == 1 end))
         -- a waiter asks to be next at an attempt FAIR_AFTER ms into its
         -- wait: wake it once without a release, so that it tries again
         data:command("RPUSH", "{" .. key .. "}:wake", "1")
+        local marked
         assert.is_true(eventually(5000, function()
-            return type(data:command("GET", "{" .. key .. "}:next")) == "string"
+            marked = data:command("GET", "{" .. key .. "}:next")
+            return type(marked) == "string"
         end), "the waiter did not ask to be next")
         assert.is_true(lock:release())
+        -- handed over, not free: the key holds the waiter's token (it then
+        -- holds the lock for 1 s)
+        assert.equal(marked, data:command("GET", key))
         local _, _, code = client:try_acquire(key)
-        assert.equal("locked", code) -- handed over, not free
+        assert.equal("locked", code)
         local status, out = worker:wait()
         assert.equal(0, status, out)
         assert.is_true(tonumber(out:match("fence (%d+)")) > lock.fence)

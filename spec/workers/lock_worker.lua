@@ -3,7 +3,8 @@
 --   pid                                         (always first: "pid N")
 --   try_at  URL KEY AT_MS          try_acquire at core.now() == AT_MS
 --   hold    URL KEY TTL            acquire, print "held", sleep (for SIGKILL)
---   wait    URL KEY RETRY_DELAY WAIT [notify]   acquire, print "acquired T"
+--   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS]]
+--                                  acquire, print "acquired T fence F", hold
 --   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
 local redlock = require "redlock"
 local core = require "redlock.core"
@@ -43,6 +44,7 @@ elseif mode == "wait" then
         os.exit(1)
     end
     say("acquired", string.format("%.3f", core.now()), "fence", lock.fence)
+    if arg[7] then core.sleep(tonumber(arg[7])) end
     lock:release()
     client:close()
 elseif mode == "count" then
