@@ -34,6 +34,7 @@ build = {
       ["redlock.detect"] = "lua/redlock/detect.lua",
       ["redlock.legacy"] = "lua/redlock/legacy.lua",
       ["redlock.options"] = "lua/redlock/options.lua",
+      ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",
       ["redlock.server"] = "lua/redlock/server.lua",
       ["redlock.single"] = "lua/redlock/single.lua",
@@ -42,6 +43,7 @@ build = {
          sources = {
             "csrc/conn.c",
             "csrc/core.c",
+            "csrc/fanout.c",
             "csrc/proc.c",
             "csrc/proto.c",
             "csrc/reply.c",
