@@ -11,7 +11,7 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test demo clean
+.PHONY: all deps build test demo bench bench-deps docs clean
 all: build
 build: $(CORE)
 
@@ -28,5 +28,26 @@ test: deps build
 demo: deps build
 	@sh examples/demo.sh
 
+# Benchmarks: never part of `make test`. Other benchmark targets join by
+# adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
+FLOOR       := $(BUILD)/bench/floor
+BENCH_EXTRA ?=
+
+$(FLOOR): bench/floor.c csrc/scripts.h Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+
+bench-deps: deps
+	@PACKAGES="gnuplot-nox" sh tools/deps.sh
+
+bench: bench-deps build $(FLOOR)
+	@sh bench/run.sh $(BENCH_ARGS)
+	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
+
+# The HTML reference from the LDoc comments, into doc/html (git-ignored).
+docs:
+	@PACKAGES="lua-ldoc" sh tools/deps.sh
+	ldoc .
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) doc/html
