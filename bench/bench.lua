@@ -34,7 +34,8 @@ do
         elseif a == "--out" then out_dir = assert(arg[i + 1], "--out DIR"); i = i + 1
         elseif a == "--unix" then unix = true
         elseif a == "--strict" then strict = true
-        else error("unknown argument " .. a .. " (--rounds N --scale X --only id,id --unix --out DIR --strict)")
+        else
+            error("unknown argument " .. a .. " (--rounds N --scale X --only id,id --unix --out DIR --strict)")
         end
         i = i + 1
     end
@@ -155,19 +156,21 @@ io.write(format("redlock bench: %d case(s), %d rounds, %s, floor %s\n", #cases, 
 for round = 1, rounds do
     for _, def in ipairs(cases) do
         local key = format("bench:%s:%d:%d", def.id, round, os.time())
+        local function floor_cmd(mode, k)
+            return format("%s -n %d -w %d -k %s %s %s", FLOOR, def.ops, def.warmup, helper.quote(k), mode,
+                shell_list(def.addrs))
+        end
         local sides = {}
         if def.floor then
-            sides[#sides + 1] = { "floor", format("%s -n %d -w %d -k %s %s %s", FLOOR, def.ops, def.warmup,
-                helper.quote(key .. ":a"), def.floor, shell_list(def.addrs)), def.floor_commands or def.commands }
+            sides[#sides + 1] = { "floor", floor_cmd(def.floor, key .. ":a"), def.floor_commands or def.commands }
         end
         if def.floor_b then
-            sides[#sides + 1] = { "case", format("%s -n %d -w %d -k %s %s %s", FLOOR, def.ops, def.warmup,
-                helper.quote(key .. ":b"), def.floor_b, shell_list(def.addrs)), def.commands }
+            sides[#sides + 1] = { "case", floor_cmd(def.floor_b, key .. ":b"), def.commands }
         else
             sides[#sides + 1] = { "case", format("LUA_PATH=%s LUA_CPATH=%s %s bench/case.lua %s %s %d %d %s",
-                helper.quote("lua/?.lua;lua/?/init.lua;bench/?.lua;spec/?.lua;;"), helper.quote(BUILD .. "/?.so;;"),
-                LUA, helper.quote(def.file), helper.quote(key .. ":b"), def.ops, def.warmup, shell_list(def.urls)),
-                def.commands }
+                helper.quote("lua/?.lua;lua/?/init.lua;bench/?.lua;spec/?.lua;;"),
+                helper.quote(BUILD .. "/?.so;;"), LUA, helper.quote(def.file), helper.quote(key .. ":b"),
+                def.ops, def.warmup, shell_list(def.urls)), def.commands }
         end
         -- A B in odd rounds, B A in even ones: a load that drifts during a
         -- round weighs on both sides alike
@@ -179,7 +182,9 @@ for round = 1, rounds do
                 fail(format("%s (%s) round %d: %s", def.id, name, round, err))
             else
                 local bad = check_calls(r.calls, r.ops, want)
-                if bad then fail(format("%s (%s) round %d: round trips changed: %s", def.id, name, round, bad)) end
+                if bad then
+                    fail(format("%s (%s) round %d: round trips changed: %s", def.id, name, round, bad))
+                end
                 def.calls_text = def.calls_text or (name == "case" and calls_text(r.calls, r.ops)) or nil
                 if name == "floor" then def.a[round], def.a_cpu[round] = r.ns, r.cpu
                 else def.b[round], def.b_cpu[round] = r.ns, r.cpu end
@@ -291,7 +296,8 @@ f:write("round,case,side,ns_per_op,cpu_ns_per_op,ops\n")
 for _, r in ipairs(raw) do f:write(format("%d,%s,%s,%.1f,%.1f,%d\n", r[1], r[2], r[3], r[4], r[5], r[6])) end
 f:close()
 f = assert(io.open(out_dir .. "/summary.csv", "w"))
-f:write("case,title,round_trips,case_us,floor_us,speed_vs_floor,target,result,case_cpu_us,floor_cpu_us,started\n")
+f:write("case,title,round_trips,case_us,floor_us,speed_vs_floor,target,result,"
+    .. "case_cpu_us,floor_cpu_us,started\n")
 for _, row in ipairs(rows) do
     local def = row.def
     f:write(format("%s,\"%s\",%s,%s,%s,%s,\"%s\",%s,%s,%s,%s\n", def.id, def.title,
