@@ -35,7 +35,8 @@ do
         elseif a == "--unix" then unix = true
         elseif a == "--strict" then strict = true
         else
-            error("unknown argument " .. a .. " (--rounds N --scale X --only id,id --unix --out DIR --strict)")
+            error("unknown argument " .. a .. " (--rounds N --scale X --only id,id --unix --out DIR"
+                .. " --strict)")
         end
         i = i + 1
     end
@@ -162,7 +163,8 @@ for round = 1, rounds do
         end
         local sides = {}
         if def.floor then
-            sides[#sides + 1] = { "floor", floor_cmd(def.floor, key .. ":a"), def.floor_commands or def.commands }
+            sides[#sides + 1] = { "floor", floor_cmd(def.floor, key .. ":a"),
+                def.floor_commands or def.commands }
         end
         if def.floor_b then
             sides[#sides + 1] = { "case", floor_cmd(def.floor_b, key .. ":b"), def.commands }
