@@ -44,10 +44,11 @@ bench: bench-deps build $(FLOOR)
 	@sh bench/run.sh $(BENCH_ARGS)
 	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
 
-# The HTML reference from the LDoc comments, into doc/html (git-ignored).
+# The HTML reference from the LDoc comments (config.ld), into doc/html
+# (git-ignored). Debian's ldoc needs lua-discount for markdown.
 docs:
-	@PACKAGES="lua-ldoc" sh tools/deps.sh
-	ldoc .
+	@PACKAGES="lua-ldoc lua-discount" sh tools/deps.sh
+	ldoc --fatalwarnings .
 
 clean:
 	rm -rf $(BUILD) doc/html
