@@ -250,7 +250,7 @@ local lines = {}
 for _, row in ipairs(rows) do
     local def = row.def
     lines[#lines + 1] = { def.title, tostring(def.round_trips or "?"),
-        def.floor and (def.floor .. (def.servers and def.servers > 1 and ("x" .. def.servers) or "")) or "-",
+        def.floor and (def.floor .. (def.servers and def.servers > 1 and (" x" .. def.servers) or "")) or "-",
         fmt(row.case_us, "%.1f"), fmt(row.floor_us, "%.1f"), fmt(row.speed, "%.3f"),
         row.target or "-", row.verdict,
         fmt(row.case_cpu, "%.1f") .. " vs " .. fmt(row.floor_cpu, "%.1f") }
@@ -287,7 +287,7 @@ for _, row in ipairs(rows) do
         end
         table.sort(extra)
     end
-    print(format("  %-11s commands/op: %s%s", def.id, def.calls_text or "?",
+    print(format("  %-13s commands/op: %s%s", def.id, def.calls_text or "?",
         #extra > 0 and ("; " .. concat(extra, ", ")) or ""))
 end
 

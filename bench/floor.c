@@ -4,13 +4,15 @@
  * alternation with each library case and reports the library's time as a
  * ratio to it.
  *
- * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] MODE SERVER...
+ * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
  *   SERVER  host:port, or a unix socket path (starts with '/')
  *   MODE    cycle  EVALSHA acquire + EVALSHA release: the library's own
  *                  round trips for acquire+release (the fair floor)
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
  *                  cycle, without the fence counter
  *           held   EVALSHA acquire on a key another token holds: refused
+ *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
+ *           library makes them (shows what that system call costs)
  *   With several servers every request goes to all of them before any reply
  *   is read (the fan-out a quorum client makes), then every reply is read.
  *
@@ -21,11 +23,12 @@
  * summed over the servers (INFO itself left out). Exits 2 on any
  * unexpected reply. The script texts come from csrc/scripts.h, so the
  * server runs the very scripts the library runs. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -50,6 +53,7 @@ static int nservers;
 static char sha_acquire[41], sha_release[41];
 /* tokens: the pid (once: getpid is a system call) and a counter */
 static unsigned long long token_prefix;
+static int random_tokens;
 
 static void die(const char *what, const char *detail) {
     fprintf(stderr, "floor: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -208,7 +212,14 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
     const char *acq[7] = {"EVALSHA", sha_acquire, "2", key, fence_key, token, ttl};
     const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
-    snprintf(token, sizeof token, "%016llx%016llx", token_prefix, seq);
+    if (random_tokens) {
+        unsigned long long raw[2];
+        if (syscall(SYS_getrandom, raw, sizeof raw, 0) != (long)sizeof raw)
+            die("getrandom", NULL);
+        snprintf(token, sizeof token, "%016llx%016llx", raw[0], raw[1]);
+    } else {
+        snprintf(token, sizeof token, "%016llx%016llx", token_prefix, seq);
+    }
     if (m == SETNX) {
         fan_out(6, set, NULL, replies);
         check_each(replies, REDIS_REPLY_STATUS, 0, "SET NX PX");
@@ -233,17 +244,18 @@ int main(int argc, char **argv) {
     stats before, after;
     double t0, t1;
     clock_t c0, c1;
-    while ((opt = getopt(argc, argv, "n:w:k:t:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:w:k:t:r")) != -1) {
         switch (opt) {
         case 'n': ops = atol(optarg); break;
         case 'w': warmup = atol(optarg); break;
         case 'k': key = optarg; break;
         case 't': ttl = optarg; break;
-        default: die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] MODE SERVER...", NULL);
+        case 'r': random_tokens = 1; break;
+        default: die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...", NULL);
         }
     }
     if (argc - optind < 2 || ops < 1 || warmup < 0)
-        die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] MODE SERVER...", NULL);
+        die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...", NULL);
     mode_name = argv[optind++];
     token_prefix = (unsigned long long)getpid();
     if (strcmp(mode_name, "cycle") == 0)
