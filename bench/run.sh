@@ -12,7 +12,9 @@ ROOT=$(mktemp -d /tmp/redlock-bench.XXXXXX)
 export REDLOCK_TEST_TMP="$ROOT" REDLOCK_LUA="$LUA" REDLOCK_BUILD="$BUILD"
 export REDLOCK_FLOOR="${REDLOCK_FLOOR:-$BUILD/bench/floor}"
 
+child=""
 cleanup() {
+    [ -n "$child" ] && kill "$child" 2>/dev/null
     for pidfile in "$ROOT"/*/pid; do
         [ -f "$pidfile" ] || continue
         pid=$(cat "$pidfile")
@@ -24,5 +26,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# in the background, so that a signal to this script stops it at once
 LUA_PATH="lua/?.lua;lua/?/init.lua;bench/?.lua;spec/?.lua;;" LUA_CPATH="$BUILD/?.so;;" \
-    $LUA bench/bench.lua "$@"
+    $LUA bench/bench.lua "$@" &
+child=$!
+wait "$child"
+rc=$?
+child=""
+exit "$rc"
