@@ -20,7 +20,7 @@ local BUILD = os.getenv("REDLOCK_BUILD") or "build"
 local format, concat = string.format, table.concat
 
 -- options
-local rounds, scale, only, unix, out_dir, strict = 9, 1, nil, false, "bench/results", false
+local rounds, scale, only, unix, out_dir, strict = 25, 1, nil, false, "bench/results", false
 do
     local i = 1
     while i <= #arg do
@@ -145,8 +145,8 @@ end
 
 for _, def in ipairs(cases) do
     def.urls, def.addrs = servers_for(def)
-    def.ops = math.max(1, math.floor((def.iterations or 3000) * scale))
-    def.warmup = math.max(0, math.floor((def.warmup or 300) * scale))
+    def.ops = math.max(1, math.floor((def.iterations or 1000) * scale))
+    def.warmup = math.max(0, math.floor((def.warmup or 200) * scale))
     def.a, def.b, def.a_cpu, def.b_cpu = {}, {}, {}, {}
 end
 

@@ -4,7 +4,7 @@ return {
     id = "with_lock",
     title = "with_lock, empty fn",
     floor = "cycle",
-    iterations = 2000,
+    iterations = 1000,
     round_trips = 2,
     commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },
     target = { speed_min = 0.95 },

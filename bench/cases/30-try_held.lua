@@ -4,7 +4,7 @@ return {
     id = "try_held",
     title = "try_acquire on a held key",
     floor = "held",
-    iterations = 2000,
+    iterations = 1000,
     round_trips = 1,
     commands = { evalsha = 1, get = 1, pttl = 1 },
     target = { speed_min = 0.95 },

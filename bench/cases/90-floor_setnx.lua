@@ -7,7 +7,7 @@ return {
     title = "C: SET NX PX + EVALSHA release",
     floor = "cycle",
     floor_b = "setnx",
-    iterations = 2000,
+    iterations = 1000,
     round_trips = 2,
     commands = { set = 1, evalsha = 1, get = 1, del = 1 },
     floor_commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },

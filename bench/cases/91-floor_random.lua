@@ -7,7 +7,7 @@ return {
     title = "C: cycle with getrandom tokens",
     floor = "cycle",
     floor_b = "-r cycle",
-    iterations = 2000,
+    iterations = 1000,
     round_trips = 2,
     commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },
 }
