@@ -310,29 +310,41 @@ end
 f:close()
 f = assert(io.open(out_dir .. "/chart.dat", "w"))
 for _, row in ipairs(rows) do
-    local label = row.def.title .. (row.speed and format("\\n%.2fx floor speed", row.speed) or "")
-    f:write(format("\"%s\" %s %s\n", label, fmt(row.floor_us, "%.2f"), fmt(row.case_us, "%.2f")))
+    f:write(format("\"%s\" %s %s %s\n", row.def.id, fmt(row.floor_us, "%.2f"), fmt(row.case_us, "%.2f"),
+        fmt(row.speed, "%.4f")))
 end
 f:close()
 local plotted = false
+local ymax = 1.2
+for _, row in ipairs(rows) do if row.speed and row.speed * 1.1 > ymax then ymax = row.speed * 1.1 end end
 if os.execute("command -v gnuplot >/dev/null 2>&1") then
     local gp = format([[
-set terminal pngcairo size 1100,560 font ",10" noenhanced
+set terminal pngcairo size 1200,520 font ",10" noenhanced
 set output "%s/chart.png"
-set title "redlock vs the hiredis floor: median time per operation (%s)"
-set ylabel "microseconds per operation"
+set datafile missing "-"
+set style fill solid 0.8 border -1
+set xtics scale 0 rotate by -25
+set multiplot layout 1,2 title "redlock vs the hiredis floor (%s, medians of %d rounds)"
+set title "time per operation"
+set ylabel "microseconds"
 set style data histograms
 set style histogram clustered gap 1
-set style fill solid 0.8 border -1
 set boxwidth 0.9
 set yrange [0:*]
 set offsets 0, 0, graph 0.1, 0
-set bmargin 5
-set xtics scale 0
-set key outside top center horizontal
-set datafile missing "-"
+set key top right
 plot "%s/chart.dat" using 2:xtic(1) title "floor (C, hiredis)", "" using 3 title "case"
-]], out_dir, unix and "unix socket" or "TCP loopback", out_dir)
+set title "speed vs floor (floor time / case time, paired by round)"
+set ylabel "ratio"
+set style histogram rowstacked
+set boxwidth 0.6
+set yrange [0:%.2f]
+set offsets 0, 0, 0, 0
+set arrow 1 from graph 0, first 0.95 to graph 1, first 0.95 nohead dashtype 2 lc rgb "red"
+set label 1 "target 0.95" at graph 0.01, first 0.99 tc rgb "red"
+plot "%s/chart.dat" using 4:xtic(1) notitle lc rgb "#3cb371"
+unset multiplot
+]], out_dir, unix and "unix socket" or "TCP loopback", rounds, out_dir, ymax, out_dir)
     local g = assert(io.open(out_dir .. "/chart.gp", "w"))
     g:write(gp)
     g:close()
