@@ -11,7 +11,8 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test check demo clean lint fuzz fuzz-build bench-redlock \
+.PHONY: all deps build test check demo clean lint fuzz fuzz-build docs \
+	bench bench-deps bench-redlock \
 	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke
 all: build
 build: $(CORE)
@@ -73,6 +74,28 @@ test-fuzz-smoke: deps fuzz-build
 demo: deps build
 	@sh examples/demo.sh
 
+# Benchmarks: never part of `make test`. Other benchmark targets join by
+# adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
+FLOOR       := $(BUILD)/bench/floor
+BENCH_EXTRA ?= bench-redlock
+
+$(FLOOR): bench/floor.c csrc/scripts.h Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+
+bench-deps: deps
+	@PACKAGES="gnuplot-nox" sh tools/deps.sh
+
+bench: bench-deps build $(FLOOR)
+	@sh bench/run.sh $(BENCH_ARGS)
+	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
+
+# The HTML reference from the LDoc comments (config.ld), into doc/html
+# (git-ignored). Debian's ldoc needs lua-discount for markdown.
+docs:
+	@PACKAGES="lua-ldoc lua-discount" sh tools/deps.sh
+	ldoc --fatalwarnings .
+
 # Redlock over 5 servers vs 1, and the hiredis floor (bench/redlock.lua).
 BENCH_BIN := $(BUILD)/bench
 bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy
@@ -91,4 +114,4 @@ $(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) doc/html
