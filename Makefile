@@ -15,11 +15,16 @@ CORE        := $(BUILD)/redlock/core.so
 	bench bench-deps bench-redlock \
 	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke
 all: build
-build: $(CORE)
+build: $(CORE) $(BUILD)/tests/token_fork
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(LDFLAGS)
+
+# A C program for spec/01: tokens after fork() (see csrc/token.h).
+$(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -pthread -Icsrc -o $@ spec/c/token_fork.c csrc/token.c $(LDFLAGS)
 
 deps:
 	@sh tools/deps.sh

@@ -53,7 +53,7 @@ build = {
          },
          incdirs = { "$(HIREDIS_INCDIR)" },
          libdirs = { "$(HIREDIS_LIBDIR)" },
-         libraries = { "hiredis" },
+         libraries = { "hiredis", "pthread" },
       },
    },
    install = {

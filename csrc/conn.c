@@ -276,6 +276,7 @@ static int conn_eval(lua_State *L) {
     conn_ud *u = check_conn(L);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
+    char nkeys_s[16];
     const char **argv;
     size_t *argvlen;
     redisReply *r = NULL;
@@ -283,15 +284,19 @@ static int conn_eval(lua_State *L) {
         return luaL_argerror(L, 2, "unknown script");
     if (nkeys < 0 || nkeys > top - 3)
         return luaL_argerror(L, 3, "numkeys out of range");
-    argc = redlock_check_argv(L, 3, top); /* numkeys, keys and args */
+    argc = top > 3 ? redlock_check_argv(L, 4, top) : 0; /* keys and args */
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_alloc(L, 3, argc, 2, &argv, &argvlen) != 0)
+    if (redlock_argv_alloc(L, 4, argc, 3, &argv, &argvlen) != 0)
         return luaL_error(L, "out of memory");
+    argc++; /* numkeys, formatted here rather than as a Lua string per call */
+    snprintf(nkeys_s, sizeof nkeys_s, "%d", nkeys);
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = s->sha;
     argvlen[1] = 40;
+    argv[2] = nkeys_s;
+    argvlen[2] = strlen(nkeys_s);
     rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
     if (rc == OK && is_noscript(r)) {
         freeReplyObject(r);

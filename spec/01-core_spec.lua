@@ -24,6 +24,19 @@ describe("redlock.core", function()
             assert.equal(100000, n)
         end)
 
+        it("never repeats across fork(): the child draws new bytes", function()
+            local build = os.getenv("REDLOCK_BUILD") or "build"
+            local out = helper.read_cmd(build .. "/tests/token_fork; echo rc=$?")
+            assert.matches("rc=0", out)
+            local seen, n = {}, 0
+            for who, t in out:gmatch("(%a+) (%x+)\n") do
+                assert.is_nil(seen[t], "the " .. who .. " repeated a token after fork: " .. t)
+                seen[t] = who
+                n = n + 1
+            end
+            assert.equal(16, n)
+        end)
+
         it("uses every hex digit in every position (not a counter, not a clock)", function()
             local digits = {}
             for _ = 1, 2000 do
