@@ -252,16 +252,14 @@ static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply 
 static int conn_command(lua_State *L) {
     conn_ud *u = check_conn(L);
     int argc = redlock_check_argv(L, 2, lua_gettop(L)), rc, stale;
-    const char **argv;
-    size_t *argvlen;
+    redlock_argv a;
     redisReply *r = NULL;
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_alloc(L, 2, argc, 0, &argv, &argvlen) != 0)
+    if (redlock_argv_init(L, 2, argc, 0, &a) != 0)
         return luaL_error(L, "out of memory");
-    rc = round_trip(u, argc, argv, argvlen, &r, &stale);
-    free((void *)argv);
-    free(argvlen);
+    rc = round_trip(u, argc, a.v, a.len, &r, &stale);
+    redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r);
 }
 
@@ -277,6 +275,7 @@ static int conn_eval(lua_State *L) {
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
     char nkeys_s[16];
+    redlock_argv a;
     const char **argv;
     size_t *argvlen;
     redisReply *r = NULL;
@@ -287,8 +286,10 @@ static int conn_eval(lua_State *L) {
     argc = top > 3 ? redlock_check_argv(L, 4, top) : 0; /* keys and args */
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_alloc(L, 4, argc, 3, &argv, &argvlen) != 0)
+    if (redlock_argv_init(L, 4, argc, 3, &a) != 0)
         return luaL_error(L, "out of memory");
+    argv = a.v;
+    argvlen = a.len;
     argc++; /* numkeys, formatted here rather than as a Lua string per call */
     snprintf(nkeys_s, sizeof nkeys_s, "%d", nkeys);
     argv[0] = "EVALSHA";
@@ -307,8 +308,7 @@ static int conn_eval(lua_State *L) {
         argvlen[1] = strlen(s->source);
         rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
     }
-    free((void *)argv);
-    free(argvlen);
+    redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r);
 }
 

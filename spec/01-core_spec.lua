@@ -100,6 +100,15 @@ describe("redlock.core", function()
             c:close()
         end)
 
+        it("runs commands longer than the stack argv (heap path)", function()
+            local c = core.conn(server:spec())
+            local k, args = helper.key(), {}
+            for i = 1, 100 do args[i] = "v" .. i end
+            assert.equal(100, c:command("RPUSH", k, table.unpack and table.unpack(args) or unpack(args))) -- luacheck: ignore 113
+            assert.equal("v100", c:command("LINDEX", k, -1))
+            c:close()
+        end)
+
         it("converts arrays and nested nils", function()
             local c = core.conn(server:spec())
             local k = helper.key()
