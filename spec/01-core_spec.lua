@@ -104,7 +104,8 @@ describe("redlock.core", function()
             local c = core.conn(server:spec())
             local k, args = helper.key(), {}
             for i = 1, 100 do args[i] = "v" .. i end
-            assert.equal(100, c:command("RPUSH", k, table.unpack and table.unpack(args) or unpack(args))) -- luacheck: ignore 113
+            local unpack = table.unpack or unpack -- luacheck: ignore 113
+            assert.equal(100, c:command("RPUSH", k, unpack(args)))
             assert.equal("v100", c:command("LINDEX", k, -1))
             c:close()
         end)
