@@ -11,14 +11,20 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test check demo clean lint fuzz fuzz-build bench-redlock \
-	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke bench-contended
+.PHONY: all deps build test check demo clean lint fuzz fuzz-build docs \
+	bench bench-deps bench-redlock bench-contended \
+	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke
 all: build
-build: $(CORE)
+build: $(CORE) $(BUILD)/tests/token_fork
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) -pthread $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(LDFLAGS)
+
+# A C program for spec/01: tokens after fork() (see csrc/token.h).
+$(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -pthread -Icsrc -o $@ spec/c/token_fork.c csrc/token.c $(LDFLAGS)
 
 deps:
 	@sh tools/deps.sh
@@ -73,6 +79,28 @@ test-fuzz-smoke: deps fuzz-build
 demo: deps build
 	@sh examples/demo.sh
 
+# Benchmarks: never part of `make test`. Other benchmark targets join by
+# adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
+FLOOR       := $(BUILD)/bench/floor
+BENCH_EXTRA ?= bench-redlock bench-contended
+
+$(FLOOR): bench/floor.c csrc/scripts.h Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+
+bench-deps: deps
+	@PACKAGES="gnuplot-nox" sh tools/deps.sh
+
+bench: bench-deps build $(FLOOR)
+	@sh bench/run.sh $(BENCH_ARGS)
+	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
+
+# The HTML reference from the LDoc comments (config.ld), into doc/html
+# (git-ignored). Debian's ldoc needs lua-discount for markdown.
+docs:
+	@PACKAGES="lua-ldoc lua-discount" sh tools/deps.sh
+	ldoc --fatalwarnings .
+
 # The contended-lock benchmark (bench/contended.lua); `make bench` calls it.
 bench-contended: build
 	LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" $(LUA) bench/contended.lua
@@ -95,4 +123,4 @@ $(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) doc/html

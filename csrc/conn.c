@@ -295,16 +295,14 @@ static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply 
 static int conn_command(lua_State *L) {
     conn_ud *u = check_conn(L);
     int argc = redlock_check_argv(L, 2, lua_gettop(L)), rc, stale;
-    const char **argv;
-    size_t *argvlen;
+    redlock_argv a;
     redisReply *r = NULL;
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_alloc(L, 2, argc, 0, &argv, &argvlen) != 0)
+    if (redlock_argv_init(L, 2, argc, 0, &a) != 0)
         return luaL_error(L, "out of memory");
-    rc = round_trip(u, argc, argv, argvlen, &r, &stale);
-    free((void *)argv);
-    free(argvlen);
+    rc = round_trip(u, argc, a.v, a.len, &r, &stale);
+    redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r);
 }
 
@@ -319,6 +317,8 @@ static int conn_eval(lua_State *L) {
     conn_ud *u = check_conn(L);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
+    char nkeys_s[16];
+    redlock_argv a;
     const char **argv;
     size_t *argvlen;
     redisReply *r = NULL;
@@ -326,15 +326,21 @@ static int conn_eval(lua_State *L) {
         return luaL_argerror(L, 2, "unknown script");
     if (nkeys < 0 || nkeys > top - 3)
         return luaL_argerror(L, 3, "numkeys out of range");
-    argc = redlock_check_argv(L, 3, top); /* numkeys, keys and args */
+    argc = top > 3 ? redlock_check_argv(L, 4, top) : 0; /* keys and args */
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_alloc(L, 3, argc, 2, &argv, &argvlen) != 0)
+    if (redlock_argv_init(L, 4, argc, 3, &a) != 0)
         return luaL_error(L, "out of memory");
+    argv = a.v;
+    argvlen = a.len;
+    argc++; /* numkeys, formatted here rather than as a Lua string per call */
+    snprintf(nkeys_s, sizeof nkeys_s, "%d", nkeys);
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = s->sha;
     argvlen[1] = 40;
+    argv[2] = nkeys_s;
+    argvlen[2] = strlen(nkeys_s);
     rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
     if (rc == OK && is_noscript(r)) {
         freeReplyObject(r);
@@ -345,8 +351,7 @@ static int conn_eval(lua_State *L) {
         argvlen[1] = strlen(s->source);
         rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
     }
-    free((void *)argv);
-    free(argvlen);
+    redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r);
 }
 

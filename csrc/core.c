@@ -19,7 +19,8 @@
 /* token() -> 32 lowercase hex chars of 128 random bits from the OS */
 static int core_token(lua_State *L) {
     char hex[REDLOCK_TOKEN_HEX + 1];
-    int err = redlock_token_hex(hex);
+    redlock_token_pool *pool = (redlock_token_pool *)lua_touserdata(L, lua_upvalueindex(1));
+    int err = redlock_token_hex(pool, hex);
     if (err != 0)
         return luaL_error(L, "no random bytes from the OS: %s", strerror(err));
     lua_pushlstring(L, hex, REDLOCK_TOKEN_HEX);
@@ -90,14 +91,18 @@ __attribute__((visibility("default")))
 #endif
 int luaopen_redlock_core(lua_State *L) {
     static const luaL_Reg funcs[] = {
-        {"token", core_token},
         {"random_bytes", core_random_bytes},
         {"now", core_now},
         {"time", core_time},
         {"sleep", core_sleep},
         {NULL, NULL},
     };
+    redlock_token_pool *pool;
     luaL_newlib(L, funcs);
+    pool = (redlock_token_pool *)lua_newuserdata(L, sizeof *pool);
+    memset(pool, 0, sizeof *pool);
+    lua_pushcclosure(L, core_token, 1);
+    lua_setfield(L, -2, "token");
     redlock_conn_open(L);
     redlock_fanout_open(L);
     redlock_proto_open(L);

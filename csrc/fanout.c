@@ -83,12 +83,12 @@ static double now_ms(void) {
 static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
     int len;
     va_list ap;
+    va_start(ap, fmt);
     len = snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s: %s: ", code_words[rc], s->u->name);
-    if (len > 0 && len < REDLOCK_CONN_ERRLEN) {
-        va_start(ap, fmt);
-        vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap);
-        va_end(ap);
-    }
+    if (len > 0 && len < REDLOCK_CONN_ERRLEN)
+        /* clang 14's analyzer does not see va_start on this path */
+        vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized) */
+    va_end(ap);
     s->rc = rc;
     s->flag = flag;
     s->state = S_DONE;
@@ -164,7 +164,7 @@ static void finish_connect(slot *s) {
     if (s->u->timeout_ms > 0) {
         struct timeval tv;
         tv.tv_sec = s->u->timeout_ms / 1000;
-        tv.tv_usec = (s->u->timeout_ms % 1000) * 1000;
+        tv.tv_usec = (suseconds_t)(s->u->timeout_ms % 1000) * 1000;
         if (redisSetTimeout(c, tv) != REDIS_OK) {
             fail(s, RC_CONNECTION, F_NONE, "could not set the timeout (%s)", c->errstr);
             return;
@@ -415,7 +415,7 @@ static int check_conns(lua_State *L, redlock_conn **conns) {
 }
 
 static int fanout_common(lua_State *L, const redlock_script *script) {
-    redlock_conn *conns[MAX_CONNS];
+    redlock_conn *conns[MAX_CONNS] = {NULL}; /* set by check_conns; zeroed for the analyzer */
     struct pollfd pfds[MAX_CONNS];
     int which[MAX_CONNS];
     int n = check_conns(L, conns), first, argc, prefix, status, i;
@@ -423,6 +423,8 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     size_t *argvlen = NULL;
     char *cmd = NULL;
     batch b;
+    if (n < 1)
+        return 0; /* not reached: check_conns raised (for the analyzer) */
     memset(&b, 0, sizeof b);
     b.n = n;
     b.timeout_ms = (int)lua_tointeger(L, 2);

@@ -166,10 +166,10 @@ static int check_opts(lua_State *L, int *die) {
  * memory. The env table is reachable from opts, so its strings stay alive. */
 static char **build_env(lua_State *L, int nadd) {
     char **envp, **e;
-    int nenv = 0, k = 0, i;
+    int nenv = 0, k = 0, i, added;
     for (e = environ; *e != NULL; e++)
         nenv++;
-    envp = (char **)calloc((size_t)(nadd + nenv + 1), sizeof *envp);
+    envp = (char **)calloc((size_t)nadd + (size_t)nenv + 1, sizeof *envp);
     if (envp == NULL)
         return NULL;
     if (nadd > 0) {
@@ -192,9 +192,10 @@ static char **build_env(lua_State *L, int nadd) {
         }
         lua_pop(L, 1);
     }
+    added = k;
     for (e = environ; *e != NULL; e++) {
         int overridden = 0;
-        for (i = 0; i < nadd && !overridden; i++) {
+        for (i = 0; i < added && !overridden; i++) {
             size_t nl = (size_t)(strchr(envp[i], '=') - envp[i]) + 1;
             overridden = strncmp(*e, envp[i], nl) == 0;
         }

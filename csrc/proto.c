@@ -43,6 +43,27 @@ int redlock_argv_alloc(lua_State *L, int first, int argc, int prefix, const char
     return 0;
 }
 
+int redlock_argv_init(lua_State *L, int first, int argc, int prefix, redlock_argv *a) {
+    int i;
+    if (prefix + argc <= REDLOCK_ARGV_STACK) {
+        a->v = a->stack_v;
+        a->len = a->stack_len;
+        for (i = 0; i < argc; i++)
+            a->v[prefix + i] = lua_tolstring(L, first + i, &a->len[prefix + i]);
+        return 0;
+    }
+    return redlock_argv_alloc(L, first, argc, prefix, &a->v, &a->len);
+}
+
+void redlock_argv_free(redlock_argv *a) {
+    if (a->v != a->stack_v) {
+        free((void *)a->v);
+        free(a->len);
+    }
+    a->v = NULL;
+    a->len = NULL;
+}
+
 /* encode(arg, ...) -> RESP bytes of one command */
 static int proto_encode(lua_State *L) {
     int argc = redlock_check_argv(L, 1, lua_gettop(L)), len;

@@ -16,6 +16,21 @@ int redlock_check_argv(lua_State *L, int first, int last);
 int redlock_argv_alloc(lua_State *L, int first, int argc, int prefix, const char ***argv,
                        size_t **argvlen);
 
+/* An argument vector for hiredis: on the stack for the short commands a
+ * lock sends (no malloc per call), on the heap for longer ones. */
+#define REDLOCK_ARGV_STACK 16
+typedef struct {
+    const char **v;
+    size_t *len;
+    const char *stack_v[REDLOCK_ARGV_STACK];
+    size_t stack_len[REDLOCK_ARGV_STACK];
+} redlock_argv;
+
+/* As redlock_argv_alloc, into a (stack arrays when prefix+argc fits).
+ * Returns -1 when out of memory. Never raises. */
+int redlock_argv_init(lua_State *L, int first, int argc, int prefix, redlock_argv *a);
+void redlock_argv_free(redlock_argv *a);
+
 /* Adds encode() and reader() to the table on top of the stack. */
 void redlock_proto_open(lua_State *L);
 

@@ -57,8 +57,39 @@ static int push_protected(lua_State *L) {
     return redlock_push_reply(L, r);
 }
 
+/* The replies of the lock scripts (an integer, or a short array of
+ * integers) are copied out and freed before anything is pushed: nothing can
+ * then leak, so they skip the protected call of the general path. */
+static int push_ints_free(lua_State *L, redisReply *r) {
+    long long v[4];
+    size_t i, n;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        v[0] = r->integer;
+        freeReplyObject(r);
+        lua_pushinteger(L, (lua_Integer)v[0]);
+        return 1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements > 4)
+        return -1;
+    n = r->elements;
+    for (i = 0; i < n; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        v[i] = r->element[i]->integer;
+    }
+    freeReplyObject(r);
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, (lua_Integer)v[i]);
+        lua_rawseti(L, -2, (int)(i + 1));
+    }
+    return 1;
+}
+
 int redlock_push_reply_free(lua_State *L, redisReply *r) {
-    int top = lua_gettop(L), status, n;
+    int top = lua_gettop(L), status, n = push_ints_free(L, r);
+    if (n >= 0)
+        return n;
     lua_pushcfunction(L, push_protected);
     lua_pushlightuserdata(L, r);
     status = lua_pcall(L, 1, LUA_MULTRET, 0);

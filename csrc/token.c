@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -54,17 +56,35 @@ int redlock_random_bytes(unsigned char *buf, size_t n) {
 #endif
 }
 
-int redlock_token_hex(char out[REDLOCK_TOKEN_HEX + 1]) {
+/* Bumped in the child of every fork(): a pool drawn before the fork is
+ * then stale in the child. */
+static volatile unsigned fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) { fork_generation++; }
+static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, on_fork_child); }
+
+int redlock_token_hex(redlock_token_pool *pool, char out[REDLOCK_TOKEN_HEX + 1]) {
     static const char hex[] = "0123456789abcdef";
-    unsigned char raw[REDLOCK_TOKEN_BYTES];
+    unsigned char *raw;
     size_t i;
-    int err = redlock_random_bytes(raw, sizeof raw);
-    if (err != 0)
-        return err;
+    (void)pthread_once(&atfork_once, register_atfork);
+    if (pool->left == 0 || pool->generation != fork_generation) {
+        int err;
+        pool->left = 0;
+        pool->generation = fork_generation;
+        err = redlock_random_bytes(pool->bytes, sizeof pool->bytes);
+        if (err != 0)
+            return err;
+        pool->left = REDLOCK_POOL_TOKENS;
+    }
+    pool->left--;
+    raw = pool->bytes + pool->left * REDLOCK_TOKEN_BYTES;
     for (i = 0; i < REDLOCK_TOKEN_BYTES; i++) {
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];
     }
+    memset(raw, 0, REDLOCK_TOKEN_BYTES); /* a used token's bytes are not kept */
     out[REDLOCK_TOKEN_HEX] = '\0';
     return 0;
 }

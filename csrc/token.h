@@ -10,7 +10,20 @@
  * errno value. Never returns a partial buffer as success. */
 int redlock_random_bytes(unsigned char *buf, size_t n);
 
-/* Writes REDLOCK_TOKEN_HEX lowercase hex chars plus a NUL into out. */
-int redlock_token_hex(char out[REDLOCK_TOKEN_HEX + 1]);
+/* Random bytes drawn ahead, 16 tokens at a time: one getrandom(2) per
+ * sixteen locks instead of one per lock. One pool per Lua state (states are
+ * not shared between threads, so no lock is needed); a fork empties it, or
+ * parent and child would hand out the same tokens. */
+#define REDLOCK_POOL_TOKENS 16
+typedef struct {
+    unsigned char bytes[REDLOCK_POOL_TOKENS * REDLOCK_TOKEN_BYTES];
+    size_t left;         /* tokens not yet used, from the start of bytes */
+    unsigned generation; /* the fork generation the bytes were drawn in */
+} redlock_token_pool;
+
+/* Writes REDLOCK_TOKEN_HEX lowercase hex chars plus a NUL into out, from
+ * the pool (refilled from the OS when empty or after a fork). 0 on
+ * success, else an errno value: never a weaker token. */
+int redlock_token_hex(redlock_token_pool *pool, char out[REDLOCK_TOKEN_HEX + 1]);
 
 #endif

@@ -151,6 +151,9 @@ local function acquire(client, key, o, wait, renew)
     end
 end
 
+--- A client, made by `new`: its servers, options and connections.
+-- @type Client
+
 --- Takes the lock on `key`, waiting up to `opts.wait` ms.
 -- @tparam string key
 -- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter, notify,
@@ -166,6 +169,8 @@ function Client:acquire(key, opts)
 end
 
 --- Exactly one attempt to take the lock on `key` (opts.wait is ignored).
+-- @tparam string key
+-- @tparam[opt] table opts ttl
 -- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
 function Client:try_acquire(key, opts)
     check_key("try_acquire", key)
@@ -190,7 +195,8 @@ end
 -- value is raised again (as is an error raised by opts.on_lost).
 -- @tparam string key
 -- @tparam[opt] table opts as for acquire
--- @tparam function fn
+-- @tparam function fn called as fn(lock)
+-- @return true, fn's results; or nil, message, code
 function Client:with_lock(key, opts, fn)
     if fn == nil and callable(opts) then opts, fn = nil, opts end
     check_key("with_lock", key)
@@ -255,12 +261,24 @@ function Client:__tostring()
     return "redlock.client (" .. table.concat(names, ", ") .. ")"
 end
 
---- Lock handle.
+--- A held lock, returned by `Client:acquire` and `Client:try_acquire`.
+-- In Lua 5.4, `local lock <close> = ...` releases it at the end of the scope.
 -- @type Lock
+
+--- The key.
+-- @field key
+
+--- This holder's token: 32 hex chars, the value stored in Redis.
+-- @field token
+
+--- Integer fencing token, strictly increasing per key: pass it with every
+-- write to the protected resource, which rejects writes with a smaller one.
+-- @field fence
 
 --- Milliseconds of validity left, as this client knows it: counted from
 -- before the acquire, last extend or last background renewal request was
 -- sent, less the drift allowance. Never below 0; 0 once known lost.
+-- @treturn number ms
 function Lock:remaining()
     dispatch(self.client)
     if self.released or self.lost_reason then return 0 end
@@ -286,6 +304,7 @@ end
 
 --- Extends the lock to `ttl` ms from now (default: the ttl it was taken
 -- with), only if this lock still holds it.
+-- @tparam[opt] integer ttl ms
 -- @treturn true|nil true, or nil, message, code (not owner, connection, ...)
 function Lock:extend(ttl)
     if ttl ~= nil then

@@ -24,6 +24,19 @@ describe("redlock.core", function()
             assert.equal(100000, n)
         end)
 
+        it("never repeats across fork(): the child draws new bytes", function()
+            local build = os.getenv("REDLOCK_BUILD") or "build"
+            local out = helper.read_cmd(build .. "/tests/token_fork; echo rc=$?")
+            assert.matches("rc=0", out)
+            local seen, n = {}, 0
+            for who, t in out:gmatch("(%a+) (%x+)\n") do
+                assert.is_nil(seen[t], "the " .. who .. " repeated a token after fork: " .. t)
+                seen[t] = who
+                n = n + 1
+            end
+            assert.equal(16, n)
+        end)
+
         it("uses every hex digit in every position (not a counter, not a clock)", function()
             local digits = {}
             for _ = 1, 2000 do
@@ -84,6 +97,16 @@ describe("redlock.core", function()
             assert.equal("v\0\r\nv", c:command("GET", key))
             assert.equal(core.null, c:command("GET", key .. "missing"))
             assert.equal(1, c:command("DEL", key))
+            c:close()
+        end)
+
+        it("runs commands longer than the stack argv (heap path)", function()
+            local c = core.conn(server:spec())
+            local k, args = helper.key(), {}
+            for i = 1, 100 do args[i] = "v" .. i end
+            local unpack = table.unpack or unpack -- luacheck: ignore 113
+            assert.equal(100, c:command("RPUSH", k, unpack(args)))
+            assert.equal("v100", c:command("LINDEX", k, -1))
             c:close()
         end)
 

@@ -234,7 +234,7 @@ describe("legacy mode", function()
         end)
 
         it("each server of a client is detected on its own", function()
-            local client = new(nil, { servers = { plain:url(), noscript:url(), plain:url(1) } })
+            local client = new(nil, { servers = { plain:url(), noscript:url() } })
             assert.is_nil(client:mode(1))
             assert.is_nil(client:mode(2))
             -- through one server's own operations, whatever the strategy

@@ -197,5 +197,6 @@ describe("faults", function()
 
         it("script mode, one server restarted three times", function() churn("script", 1) end)
         it("legacy mode, one server restarted three times", function() churn("legacy", 1) end)
+        it("Redlock over 3 servers, one restarted three times", function() churn("script", 3) end)
     end)
 end)

@@ -134,4 +134,23 @@ describe("pitfalls", function()
         assert.equal("locked", code)
         assert.equal("theirs", data:command("GET", key))
     end)
+
+    it("Redlock never leaves keys behind on the minority after a failed attempt", function()
+        local others = { helper.start_server(), helper.start_server() }
+        local urls = { server:url(), others[1]:url(), others[2]:url() }
+        local key = helper.key()
+        -- another holder has the key on 2 of 3: our attempt wins only the third
+        data:command("SET", key, "theirs", "PX", 10000)
+        assert.equal("OK", others[1]:cli("SET", key, "theirs", "PX", "10000"))
+        local c = redlock.new { servers = urls }
+        local lock, _, code = c:try_acquire(key)
+        assert.is_nil(lock)
+        assert.equal("locked", code)
+        assert.equal("", others[2]:cli("GET", key))
+        assert.equal("theirs", data:command("GET", key))
+        assert.equal("theirs", others[1]:cli("GET", key))
+        c:close()
+        others[1]:stop()
+        others[2]:stop()
+    end)
 end)

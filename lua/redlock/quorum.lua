@@ -15,6 +15,7 @@
 -- Server:acquire the chance to switch them to another mode.
 local core = require "redlock.core"
 local scripted = require "redlock.scripted"
+local detect = require "redlock.detect"
 
 local fanout_eval, now = core.fanout_eval, core.now
 local fence_key = scripted.fence_key
@@ -49,7 +50,12 @@ function _M.check_servers(servers)
     end
 end
 
-local function fanout_ops(server) return server.ops == scripted end
+-- Servers that run the scripts, and auto-mode servers not yet decided, go
+-- through the fan-out: a dead or frozen one then costs server_timeout, not
+-- the connection's timeout. A script that runs there settles the server as
+-- a script server; a refusal comes back as a server error and takes the
+-- one-by-one path below, where redlock.detect decides.
+local function fanout_ops(server) return server.ops == scripted or server.ops == detect end
 
 -- The indices of the servers to ask now: those not in back-off.
 local function up(client, t)
@@ -100,7 +106,9 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
         for k = 1, #conns do
             local j = pos[k]
             if vals[k] ~= nil then
-                st[j], v[j], codes[j] = interpret(servers[list[j]], vals[k])
+                local server = servers[list[j]]
+                if server.ops == detect then server.ops = scripted end
+                st[j], v[j], codes[j] = interpret(server, vals[k])
             else
                 st[j], v[j], codes[j], flags[j] = nil, errs[k], cods[k], flgs[k]
             end

@@ -1,0 +1,21 @@
+-- Uncontended acquire + release on one server: the cycle every user pays.
+-- Round trips: EVALSHA acquire (GET, SET PX, INCR fence), EVALSHA release
+-- (GET, DEL); exactly what the floor's "cycle" mode sends.
+return {
+    id = "cycle",
+    title = "acquire+release, uncontended",
+    floor = "cycle",
+    iterations = 1000,
+    round_trips = 2,
+    commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },
+    target = { speed_min = 0.95 },
+    setup = function(ctx)
+        ctx.client = ctx.redlock.new { servers = ctx.urls }
+        return ctx
+    end,
+    op = function(s)
+        local lock = s.client:acquire(s.key)
+        assert(lock:release())
+    end,
+    teardown = function(s) s.client:close() end,
+}

@@ -1,0 +1,13 @@
+-- Not the library: the fair floor with tokens from getrandom(2), one system
+-- call per token as the library makes them, against the fair floor with
+-- counter tokens. Shows, in the same run, how much of the library's gap to
+-- the floor is that system call.
+return {
+    id = "floor_random",
+    title = "C: cycle with getrandom tokens",
+    floor = "cycle",
+    floor_b = "-r cycle",
+    iterations = 1000,
+    round_trips = 2,
+    commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },
+}

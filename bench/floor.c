@@ -1,0 +1,307 @@
+/* The floor: a plain hiredis loop doing exactly the round trips of one lock
+ * operation, with nothing else around them (no options, no Lua, no random
+ * tokens: a counter makes each token unique). `make bench` runs it in
+ * alternation with each library case and reports the library's time as a
+ * ratio to it.
+ *
+ * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
+ *   SERVER  host:port, or a unix socket path (starts with '/')
+ *   MODE    cycle  EVALSHA acquire + EVALSHA release: the library's own
+ *                  round trips for acquire+release (the fair floor)
+ *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
+ *                  cycle, without the fence counter
+ *           held   EVALSHA acquire on a key another token holds: refused
+ *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
+ *           library makes them (shows what that system call costs)
+ *   With several servers every request goes to all of them before any reply
+ *   is read (the fan-out a quorum client makes), then every reply is read.
+ *
+ * Prints one line:
+ *   ns_per_op=<float> cpu_ns_per_op=<float> ops=<n> calls=<cmd>:<count>,...
+ * (cpu: this process's own CPU time, clock(3), what the client side costs)
+ * where calls are the INFO commandstats deltas over the measured loop,
+ * summed over the servers (INFO itself left out). Exits 2 on any
+ * unexpected reply. The script texts come from csrc/scripts.h, so the
+ * server runs the very scripts the library runs. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "scripts.h"
+
+#define MAX_SERVERS 16
+#define MAX_STATS 64
+
+typedef struct {
+    char name[48];
+    long long calls;
+} stat;
+
+typedef struct {
+    stat s[MAX_STATS];
+    int n;
+} stats;
+
+static redisContext *ctx[MAX_SERVERS];
+static int nservers;
+static char sha_acquire[41], sha_release[41];
+/* tokens: the pid (once: getpid is a system call) and a counter */
+static unsigned long long token_prefix;
+static int random_tokens;
+
+static void die(const char *what, const char *detail) {
+    fprintf(stderr, "floor: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    exit(2);
+}
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static redisContext *connect_to(const char *server) {
+    redisContext *c;
+    if (server[0] == '/') {
+        c = redisConnectUnix(server);
+    } else {
+        char host[256];
+        const char *colon = strrchr(server, ':');
+        size_t len = colon ? (size_t)(colon - server) : 0;
+        if (colon == NULL || len == 0 || len >= sizeof host)
+            die("bad server (host:port or /path)", server);
+        memcpy(host, server, len);
+        host[len] = '\0';
+        c = redisConnect(host, atoi(colon + 1));
+    }
+    if (c == NULL || c->err)
+        die("could not connect", c ? c->errstr : server);
+    return c;
+}
+
+/* Sends one command to every server, then reads every reply: one round
+ * trip, fanned out. replies[i] belongs to the caller. */
+static void fan_out(int argc, const char **argv, const size_t *argvlen, redisReply **replies) {
+    int i, done;
+    void *r;
+    for (i = 0; i < nservers; i++) {
+        if (redisAppendCommandArgv(ctx[i], argc, argv, argvlen) != REDIS_OK)
+            die("could not encode a command", ctx[i]->errstr);
+        do {
+            if (redisBufferWrite(ctx[i], &done) != REDIS_OK)
+                die("could not send", ctx[i]->errstr);
+        } while (!done);
+    }
+    for (i = 0; i < nservers; i++) {
+        if (redisGetReply(ctx[i], &r) != REDIS_OK)
+            die("lost the connection", ctx[i]->errstr);
+        replies[i] = r;
+    }
+}
+
+static void free_all(redisReply **replies) {
+    int i;
+    for (i = 0; i < nservers; i++)
+        freeReplyObject(replies[i]);
+}
+
+/* Runs a setup command on one server; returns the reply. */
+static redisReply *command(redisContext *c, int argc, const char **argv) {
+    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    if (r == NULL)
+        die("lost the connection", c->errstr);
+    if (r->type == REDIS_REPLY_ERROR)
+        die(argv[0], r->str);
+    return r;
+}
+
+static void load_script(const char *source, char *sha) {
+    const char *argv[3] = {"SCRIPT", "LOAD", source};
+    int i;
+    for (i = 0; i < nservers; i++) {
+        redisReply *r = command(ctx[i], 3, argv);
+        if (r->type != REDIS_REPLY_STRING || r->len != 40)
+            die("SCRIPT LOAD", "unexpected reply");
+        memcpy(sha, r->str, 41);
+        freeReplyObject(r);
+    }
+}
+
+/* INFO commandstats, summed over the servers, INFO itself left out. */
+static void read_stats(stats *st) {
+    const char *argv[2] = {"INFO", "commandstats"};
+    int i, j;
+    st->n = 0;
+    for (i = 0; i < nservers; i++) {
+        redisReply *r = command(ctx[i], 2, argv);
+        char *line = r->str, *end;
+        while (line != NULL && (line = strstr(line, "cmdstat_")) != NULL) {
+            char name[48];
+            long long calls;
+            line += 8;
+            end = strchr(line, ':');
+            if (end == NULL || (size_t)(end - line) >= sizeof name)
+                break;
+            memcpy(name, line, (size_t)(end - line));
+            name[end - line] = '\0';
+            if (sscanf(end, ":calls=%lld", &calls) != 1 || strcmp(name, "info") == 0)
+                continue;
+            for (j = 0; j < st->n && strcmp(st->s[j].name, name) != 0; j++)
+                ;
+            if (j == st->n) {
+                if (st->n == MAX_STATS)
+                    die("INFO commandstats", "too many commands");
+                memcpy(st->s[j].name, name, sizeof name);
+                st->s[j].calls = 0;
+                st->n++;
+            }
+            st->s[j].calls += calls;
+        }
+        freeReplyObject(r);
+    }
+}
+
+static void print_deltas(const stats *before, const stats *after) {
+    int i, j, first = 1;
+    for (i = 0; i < after->n; i++) {
+        long long d = after->s[i].calls;
+        for (j = 0; j < before->n; j++)
+            if (strcmp(before->s[j].name, after->s[i].name) == 0)
+                d -= before->s[j].calls;
+        if (d == 0)
+            continue;
+        printf("%s%s:%lld", first ? "" : ",", after->s[i].name, d);
+        first = 0;
+    }
+}
+
+static int is_int(const redisReply *r, long long v) {
+    return r->type == REDIS_REPLY_INTEGER && r->integer == v;
+}
+
+/* {1, fence} when want_held is 0; {0, pttl} when it is 1 */
+static void check_acquire(redisReply **replies, int want_held) {
+    int i;
+    for (i = 0; i < nservers; i++) {
+        redisReply *r = replies[i];
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            !is_int(r->element[0], want_held ? 0 : 1))
+            die("acquire", want_held ? "expected a refusal" : "expected the lock");
+    }
+}
+
+static void check_each(redisReply **replies, int type, long long integer, const char *what) {
+    int i;
+    for (i = 0; i < nservers; i++)
+        if (replies[i]->type != type || (type == REDIS_REPLY_INTEGER && replies[i]->integer != integer))
+            die(what, "unexpected reply");
+}
+
+typedef enum { CYCLE, SETNX, HELD } mode;
+
+static void one_op(mode m, const char *key, const char *fence_key, const char *ttl,
+                   unsigned long long seq) {
+    char token[33];
+    redisReply *replies[MAX_SERVERS];
+    const char *acq[7] = {"EVALSHA", sha_acquire, "2", key, fence_key, token, ttl};
+    const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
+    const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
+    if (random_tokens) {
+        unsigned long long raw[2];
+        if (syscall(SYS_getrandom, raw, sizeof raw, 0) != (long)sizeof raw)
+            die("getrandom", NULL);
+        snprintf(token, sizeof token, "%016llx%016llx", raw[0], raw[1]);
+    } else {
+        snprintf(token, sizeof token, "%016llx%016llx", token_prefix, seq);
+    }
+    if (m == SETNX) {
+        fan_out(6, set, NULL, replies);
+        check_each(replies, REDIS_REPLY_STATUS, 0, "SET NX PX");
+    } else {
+        fan_out(7, acq, NULL, replies);
+        check_acquire(replies, m == HELD);
+    }
+    free_all(replies);
+    if (m == HELD)
+        return;
+    fan_out(5, rel, NULL, replies);
+    check_each(replies, REDIS_REPLY_INTEGER, 1, "release");
+    free_all(replies);
+}
+
+int main(int argc, char **argv) {
+    long ops = 2000, warmup = 200, i;
+    const char *key = "bench:floor", *ttl = "10000", *mode_name;
+    char fence_key[300];
+    mode m;
+    int opt;
+    stats before, after;
+    double t0, t1;
+    clock_t c0, c1;
+    while ((opt = getopt(argc, argv, "n:w:k:t:r")) != -1) {
+        switch (opt) {
+        case 'n': ops = atol(optarg); break;
+        case 'w': warmup = atol(optarg); break;
+        case 'k': key = optarg; break;
+        case 't': ttl = optarg; break;
+        case 'r': random_tokens = 1; break;
+        default: die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...", NULL);
+        }
+    }
+    if (argc - optind < 2 || ops < 1 || warmup < 0)
+        die("usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...", NULL);
+    mode_name = argv[optind++];
+    token_prefix = (unsigned long long)getpid();
+    if (strcmp(mode_name, "cycle") == 0)
+        m = CYCLE;
+    else if (strcmp(mode_name, "setnx") == 0)
+        m = SETNX;
+    else if (strcmp(mode_name, "held") == 0)
+        m = HELD;
+    else
+        die("unknown mode (cycle, setnx, held)", mode_name);
+    if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
+        die("key: at most 200 bytes, no braces", key);
+    /* the library's companion key for a key without a hash tag */
+    snprintf(fence_key, sizeof fence_key, "{%s}:fence", key);
+    for (; optind < argc; optind++) {
+        if (nservers == MAX_SERVERS)
+            die("too many servers", NULL);
+        ctx[nservers++] = connect_to(argv[optind]);
+    }
+    load_script(REDLOCK_SCRIPT_ACQUIRE, sha_acquire);
+    load_script(REDLOCK_SCRIPT_RELEASE, sha_release);
+    if (m == HELD) {
+        const char *hold[5] = {"SET", key, "held-by-someone-else", "PX", "600000"};
+        for (i = 0; i < nservers; i++)
+            freeReplyObject(command(ctx[i], 5, hold));
+    }
+    for (i = 0; i < warmup; i++)
+        one_op(m, key, fence_key, ttl, (unsigned long long)i);
+    read_stats(&before);
+    c0 = clock();
+    t0 = now_ns();
+    for (i = 0; i < ops; i++)
+        one_op(m, key, fence_key, ttl, (unsigned long long)(warmup + i));
+    t1 = now_ns();
+    c1 = clock();
+    read_stats(&after);
+    if (m == HELD) {
+        const char *del[2] = {"DEL", key};
+        for (i = 0; i < nservers; i++)
+            freeReplyObject(command(ctx[i], 2, del));
+    }
+    printf("ns_per_op=%.1f cpu_ns_per_op=%.1f ops=%ld calls=", (t1 - t0) / (double)ops,
+           (double)(c1 - c0) * 1e9 / CLOCKS_PER_SEC / (double)ops, ops);
+    print_deltas(&before, &after);
+    printf("\n");
+    for (i = 0; i < nservers; i++)
+        redisFree(ctx[i]);
+    return 0;
+}
