@@ -34,7 +34,10 @@ describe("examples", function()
     it("the examples clean up after themselves (the quickstart's demo:* keys aside)", function()
         local left = {}
         for k in server:cli("KEYS", "*"):gmatch("[^\n]+") do
-            if not k:find("demo:", 1, true) then left[#left + 1] = k end
+            -- a release leaves a wake-up list that expires within 1 s
+            local pttl = tonumber(server:cli("PTTL", k))
+            local passing = pttl and pttl > 0 and pttl <= 1000
+            if not k:find("demo:", 1, true) and not passing then left[#left + 1] = k end
         end
         assert.same({}, left)
     end)
