@@ -103,7 +103,11 @@ docs:
 
 # The contended-lock benchmark (bench/contended.lua); `make bench` calls it.
 bench-contended: build
-	LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" $(LUA) bench/contended.lua
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/?.so;;' \
+	$(LUA) bench/contended.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
 
 # Redlock over 5 servers vs 1, and the hiredis floor (bench/redlock.lua).
 BENCH_BIN := $(BUILD)/bench

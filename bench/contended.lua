@@ -134,7 +134,6 @@ local ok, err = pcall(function()
         and "met" or "NOT met"))
 end)
 helper.stop_all()
-os.execute("rm -rf " .. helper.quote(helper.root()))
 if not ok then
     io.stderr:write(tostring(err), "\n")
     os.exit(1)
