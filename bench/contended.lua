@@ -134,6 +134,7 @@ local ok, err = pcall(function()
         and "met" or "NOT met"))
 end)
 helper.stop_all()
+if not os.getenv("REDLOCK_TEST_TMP") then os.execute("rm -rf " .. helper.quote(helper.root())) end
 if not ok then
     io.stderr:write(tostring(err), "\n")
     os.exit(1)
