@@ -56,7 +56,7 @@ test-sanitize: deps
 # (REDLOCK_GC_STRESS: see spec/helper.lua).
 VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
 VALGRIND_SPECS ?= spec/01-core_spec.lua spec/02-options_spec.lua spec/03-lock_spec.lua \
-	spec/04-connection_spec.lua spec/71-pitfalls_spec.lua
+	spec/04-connection_spec.lua spec/30-renew_spec.lua spec/71-pitfalls_spec.lua
 test-valgrind: deps build
 	@REDLOCK_GC_STRESS=1 LUA="$(VALGRIND) $(LUA)" sh spec/run.sh $(VALGRIND_SPECS)
 

@@ -85,13 +85,20 @@ static int io_error(conn_ud *u, int saved_errno, const char *doing) {
 }
 
 /* Runs one command on a fresh context during connect (AUTH, SELECT). */
+static int flush_obuf(redisContext *c);
+
+/* Through flush_obuf like every other command: redisCommandArgv would
+ * write() and so could raise SIGPIPE if the server drops us during AUTH. */
 static int setup_command(conn_ud *u, int argc, const char **argv, const char *what) {
-    redisReply *r = redisCommandArgv(u->ctx, argc, argv, NULL);
+    void *reply = NULL;
+    redisReply *r;
     int rc = OK;
-    if (r == NULL) {
+    if (redisAppendCommandArgv(u->ctx, argc, argv, NULL) != REDIS_OK ||
+        flush_obuf(u->ctx) != 0 || redisGetReply(u->ctx, &reply) != REDIS_OK || reply == NULL) {
         io_error(u, errno, what);
         return E_CONNECTION;
     }
+    r = (redisReply *)reply;
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(u->err, ERRLEN, "server: %s: %s failed: %.*s", u->name, what,
                  (int)(r->len > 160 ? 160 : r->len), r->str);

@@ -153,4 +153,26 @@ describe("pitfalls", function()
         others[1]:stop()
         others[2]:stop()
     end)
+
+    it("renewal never outlives release", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 300, renew = true }))
+        helper.sleep(400) -- renewed at least once: still ours
+        assert.equal(lock.token, data:command("GET", key))
+        assert.is_true(lock:release())
+        -- the token back in place by hand: a renewal still running would extend it
+        data:command("SET", key, lock.token, "PX", 300)
+        helper.sleep(700)
+        assert.equal(0, data:command("EXISTS", key))
+    end)
+
+    it("renewal never outlives close()", function()
+        local c = redlock.new { servers = { server:url() } }
+        local key = helper.key()
+        local lock = assert(c:acquire(key, { ttl = 300, renew = true }))
+        c:close()
+        data:command("SET", key, lock.token, "PX", 300)
+        helper.sleep(700)
+        assert.equal(0, data:command("EXISTS", key))
+    end)
 end)
