@@ -4,7 +4,7 @@
 local util = require "redlock.util"
 local notify = require "redlock.notify"
 
-local companion_key = util.companion_key
+local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, next_key, handoff_key = notify.wake_key, notify.next_key, notify.handoff_key
 local RESERVE = string.format("%d", notify.RESERVE_MS)
 local format, ceil = string.format, math.ceil
@@ -24,9 +24,9 @@ function _M.acquire(server, key, token, ttl, claim)
     local r, err, code
     if claim then
         r, err, code = server:eval("acquire", 3, key, fence_key(key), next_key(key), token,
-            format("%d", ttl), format("%d", ceil(claim)))
+            ms_string(ttl), format("%d", ceil(claim)))
     else
-        r, err, code = server:eval("acquire", 2, key, fence_key(key), token, format("%d", ttl))
+        r, err, code = server:eval("acquire", 2, key, fence_key(key), token, ms_string(ttl))
     end
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then return unexpected(server, "acquire", r) end
@@ -46,7 +46,7 @@ function _M.release(server, key, token)
 end
 
 function _M.extend(server, key, token, ttl)
-    local r, err, code = server:eval("extend", 1, key, token, format("%d", ttl))
+    local r, err, code = server:eval("extend", 1, key, token, ms_string(ttl))
     if r == nil then return nil, err, code end
     return r == 1
 end

@@ -15,19 +15,46 @@ function _M.show_key(key)
     return "'" .. shown .. "'"
 end
 
+-- The key of a lock's companions (fence counter, wake-up list, ...) start
+-- with: the key itself when it has a hash tag, else the key in braces.
+local function companion_base(key)
+    local open = find(key, "{", 1, true)
+    if open then
+        local close = find(key, "}", open + 1, true)
+        if close and close > open + 1 then return key end
+    end
+    if find(key, "}", 1, true) then return key end
+    return "{" .. key .. "}"
+end
+
+-- The companions of the last key asked for: acquire and release of one
+-- lock (and every attempt of a waiter) ask for the same key several times.
+local last_key, last_base, last_companions = nil, nil, {}
+
 --- The key of a lock's companion (fence counter, wake-up list): it must hash
 -- to the same Cluster slot as the lock key, so that one script may touch both.
 -- A key with a hash tag keeps it; a key without one is wrapped in braces,
 -- which hashes the same bytes. A tag-less key holding '}' cannot be wrapped:
 -- it gets a plain suffix (fine on one server, CROSSSLOT on Cluster).
 function _M.companion_key(key, suffix)
-    local open = find(key, "{", 1, true)
-    if open then
-        local close = find(key, "}", open + 1, true)
-        if close and close > open + 1 then return key .. suffix end
+    if key ~= last_key then
+        last_key, last_base, last_companions = key, companion_base(key), {}
     end
-    if find(key, "}", 1, true) then return key .. suffix end
-    return "{" .. key .. "}" .. suffix
+    local k = last_companions[suffix]
+    if k == nil then
+        k = last_base .. suffix
+        last_companions[suffix] = k
+    end
+    return k
+end
+
+local last_ms, last_ms_string = nil, nil
+
+--- An integer number of ms as Redis reads it; the last one is kept, as a
+-- client mostly uses one ttl.
+function _M.ms_string(ms)
+    if ms ~= last_ms then last_ms, last_ms_string = ms, format("%d", ms) end
+    return last_ms_string
 end
 
 --- pack/unpack that keep trailing nils, on every Lua version.
