@@ -34,6 +34,7 @@ build = {
       ["redlock.detect"] = "lua/redlock/detect.lua",
       ["redlock.legacy"] = "lua/redlock/legacy.lua",
       ["redlock.options"] = "lua/redlock/options.lua",
+      ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",
       ["redlock.server"] = "lua/redlock/server.lua",

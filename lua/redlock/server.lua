@@ -81,4 +81,9 @@ function Server:extend(key, token, ttl) return noted(self, self.ops.extend(self,
 
 function Server:close() self.conn:close() end
 
+-- For redlock.cosocket, whose servers inherit these methods.
+_M.Server = Server
+--- How this transport waits between attempts: a blocking sleep (ms).
+_M.sleep = core.sleep
+
 return _M

@@ -1,0 +1,313 @@
+--- The nginx transport. Inside ngx_lua, in the phases that may yield
+-- (rewrite, access, content, timers, ...), a server speaks to Redis over
+-- nginx cosockets (ngx.socket.tcp, pooled with keepalive) and waits with
+-- ngx.sleep, so a lock never stalls the worker's event loop. The C core still
+-- does the protocol: core.encode builds the commands, core.reader parses the
+-- replies, core.scripts names the scripts for EVALSHA. In the other phases
+-- (init, init_worker, set, header/body filters, log, balancer) nginx gives
+-- no cosockets, and the same server uses hiredis' blocking socket instead.
+--
+-- The interface is redlock.server's (new, sleep, and a Server with call,
+-- eval, acquire, release, extend, close, name); the Server methods this file
+-- does not define come from redlock.server. Internal.
+local core = require "redlock.core"
+local blocking = require "redlock.server"
+local scripted = require "redlock.scripted"
+
+local ngx = rawget(_G, "ngx") -- nil outside nginx
+local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
+local setmetatable, select, type, error, tostring, ipairs =
+    setmetatable, select, type, error, tostring, ipairs
+local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
+local running = coroutine.running
+
+local _M = {}
+
+-- Phases in which ngx.socket.tcp and ngx.sleep work (lua-nginx-module's
+-- documented contexts); any other phase takes the blocking path.
+local YIELDABLE = {
+    rewrite = true, server_rewrite = true, access = true, content = true, timer = true,
+    ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
+}
+
+-- Commands after which the connection carries state for the next command of
+-- the same caller (WATCH ... EXEC, as legacy mode does): the socket stays
+-- with the calling coroutine instead of going back to the pool, until a
+-- command that ends that state.
+local PIN = { WATCH = true, MULTI = true }
+local UNPIN = { EXEC = true, DISCARD = true, UNWATCH = true }
+
+local READ_SIZE = 16384
+local MAX_READERS = 8
+
+--- Whether this Lua state lives inside nginx's Lua module (any phase).
+function _M.in_nginx()
+    return type(ngx) == "table" and type(ngx.get_phase) == "function"
+        and type(ngx.socket) == "table" and type(ngx.socket.tcp) == "function"
+end
+
+local function yieldable()
+    return YIELDABLE[ngx.get_phase()] == true
+end
+_M.yieldable = yieldable
+
+--- Sleeps `ms` milliseconds: ngx.sleep where the phase may yield (the worker
+-- serves other requests meanwhile), else a blocking sleep.
+function _M.sleep(ms)
+    if ms <= 0 then return end
+    if yieldable() then return ngx.sleep(ms / 1000) end
+    return core_sleep(ms)
+end
+
+local Server = setmetatable({}, { __index = blocking.Server })
+Server.__index = Server
+_M.Server = Server
+
+-- The hiredis server for the phases without cosockets. A socket opened in
+-- init_by_lua (the master) would be shared by every forked worker, and
+-- their replies would mix: each process makes its own.
+local function fallback(self)
+    local pid = ngx.worker.pid()
+    local b = self.fallback
+    if self.fallback_pid ~= pid then
+        b = blocking.new(self.spec, self.mode)
+        self.fallback, self.fallback_pid, self.conn = b, pid, b.conn
+    end
+    return b
+end
+
+-- Connections to one server go to a pool of their own, named by address,
+-- database and credentials: a pooled connection has already run AUTH and
+-- SELECT, so it must only be handed to a server with the same ones.
+local function pool_name(self)
+    local spec = self.spec
+    local who = ""
+    if spec.password then who = ngx.md5((spec.username or "") .. "\0" .. spec.password) end
+    return format("redlock:%s/%d/%s", self.name, spec.db or 0, who)
+end
+
+local function reader(self)
+    local readers = self.readers
+    local n = #readers
+    if n == 0 then return new_reader() end
+    local r = readers[n]
+    readers[n] = nil
+    return r
+end
+
+local function keep_reader(self, r)
+    local readers = self.readers
+    if #readers < MAX_READERS then readers[#readers + 1] = r end
+end
+
+-- Sends one request and reads one reply: true, reply values (a server
+-- error is nil, message, "server"); or nil, error text of the socket.
+local function exchange(sock, rd, req)
+    local sent, err = sock:send(req)
+    if not sent then return nil, err end
+    while true do
+        local v, msg, code = rd:get()
+        if v ~= false then return true, v, msg, code end
+        local data
+        data, err = sock:receiveany(READ_SIZE)
+        if not data then return nil, err end
+        rd:feed(data)
+    end
+end
+
+local function io_failure(self, err, doing)
+    if err == "timeout" then
+        return format("connection: %s: timed out after %d ms %s", self.name, self.timeout, doing)
+    end
+    return format("connection: %s: lost the connection %s (%s)", self.name, doing, tostring(err))
+end
+
+-- Runs AUTH and SELECT on a connection that is new (not from the pool).
+-- Returns true, or nil, message, code.
+local function setup(self, sock, rd)
+    local spec = self.spec
+    local steps = {}
+    if spec.password then
+        steps[1] = { "AUTH", spec.username and encode("AUTH", spec.username, spec.password)
+            or encode("AUTH", spec.password) }
+    end
+    if spec.db and spec.db ~= 0 then
+        steps[#steps + 1] = { "SELECT", encode("SELECT", spec.db) }
+    end
+    for _, step in ipairs(steps) do
+        local ok, v, msg, code = exchange(sock, rd, step[2])
+        if not ok then return nil, io_failure(self, v, step[1]), "connection" end
+        if v == nil then
+            if code == "server" then
+                msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
+            else
+                msg = format("connection: %s: %s", self.name, msg)
+            end
+            return nil, msg, code
+        end
+    end
+    return true
+end
+
+local function connect(self)
+    local sock, err = ngx.socket.tcp()
+    if not sock then
+        return nil, format("connection: %s: could not make a socket (%s)", self.name, tostring(err))
+    end
+    sock:settimeouts(self.connect_timeout, self.timeout, self.timeout)
+    local pool = self.pool or pool_name(self)
+    self.pool = pool
+    local ok
+    if self.path then
+        ok, err = sock:connect(self.path, { pool = pool })
+    else
+        ok, err = sock:connect(self.host, self.port, { pool = pool })
+    end
+    if not ok then
+        if err == "timeout" then
+            err = format("timed out after %d ms", self.connect_timeout)
+        end
+        return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err))
+    end
+    return sock
+end
+
+-- One try of a request on a pinned, pooled or new connection. Returns the
+-- reply, or nil, message, code, stale (stale: a pooled connection that the
+-- server had closed; worth one more try on a fresh one). After a NOSCRIPT
+-- reply to EVALSHA of `script`, sends EVAL of its source on the same
+-- connection (nkeys and the rest are the script's arguments).
+local function attempt(self, cmd, req, script, nkeys, ...)
+    local co = running()
+    local pinned = self.pinned
+    local sock = pinned[co]
+    local was_pinned = sock ~= nil
+    local reused = was_pinned
+    local err, code
+    if not sock then
+        sock, err = connect(self)
+        if not sock then return nil, err, "connection", false end
+        reused = sock:getreusedtimes() > 0
+    end
+    local rd = reader(self)
+    if not reused then
+        local ok
+        ok, err, code = setup(self, sock, rd)
+        if not ok then
+            sock:close()
+            return nil, err, code, false
+        end
+    end
+    local ok, v, msg
+    ok, v, msg, code = exchange(sock, rd, req)
+    if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+        ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...))
+    end
+    if not ok then
+        pinned[co] = nil
+        sock:close()
+        -- no retry on a pinned connection: a fresh one lacks its WATCH state
+        return nil, io_failure(self, v, "waiting for a reply"), "connection",
+            reused and not was_pinned and v ~= "timeout"
+    end
+    if v == nil and code ~= "server" then -- protocol error: the stream is lost
+        pinned[co] = nil
+        sock:close()
+        return nil, format("connection: %s: %s", self.name, msg), code, false
+    end
+    keep_reader(self, rd)
+    if cmd and (PIN[cmd] or (pinned[co] and not UNPIN[cmd])) then
+        pinned[co] = sock
+    else
+        pinned[co] = nil
+        local kept = sock:setkeepalive(self.keepalive_timeout, self.pool_size)
+        if not kept then sock:close() end
+    end
+    if v == nil then
+        return nil, format("server: %s: %s", self.name, sub(msg, 1, 200)), "server"
+    end
+    return v
+end
+
+local function command_name(first)
+    if type(first) ~= "string" then return "" end
+    -- most commands come upper-case already: skip the copy then
+    local b = byte(first, 1)
+    if b and b >= 97 and b <= 122 then return upper(first) end
+    return first
+end
+
+--- Makes a server. spec: a checked server table; mode: "auto", "script" or
+-- "legacy"; o: the client's options (connect_timeout, timeout,
+-- keepalive_timeout, pool_size).
+function _M.new(spec, mode, o)
+    o = o or {}
+    local b = blocking.new(spec, mode)
+    local host = spec.host
+    if host and host:find(":", 1, true) then host = "[" .. host .. "]" end
+    local self = setmetatable({
+        transport = "cosocket",
+        spec = spec,
+        name = b.name,
+        mode = mode,
+        ops = scripted,
+        fallback = b,
+        conn = b.conn,
+        host = host,
+        port = spec.port or 6379,
+        path = spec.path and ("unix:" .. spec.path),
+        connect_timeout = spec.connect_timeout or o.connect_timeout or 1000,
+        -- 0 is "no timeout" for hiredis; cosockets want a number of ms
+        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or 1000,
+        keepalive_timeout = o.keepalive_timeout or 60000,
+        pool_size = o.pool_size or 32,
+        readers = {},
+        -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
+        -- finished request's coroutine does not keep anything alive
+        pinned = setmetatable({}, { __mode = "k" }),
+        closed = false,
+    }, Server)
+    self.fallback_pid = ngx.worker.pid()
+    return self
+end
+
+local function closed()
+    return nil, "closed: the connection is closed", "closed"
+end
+
+--- Runs a command; nil, message, code on failure. A pooled connection that
+-- the server closed is not a failure of this call: it sends once more on a
+-- new connection.
+function Server:call(...)
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self):call(...) end
+    local req = encode(...) -- raises on bad arguments, before any I/O
+    local cmd = command_name((...))
+    local r, err, code, stale = attempt(self, cmd, req)
+    if r == nil and stale then r, err, code = attempt(self, cmd, req) end
+    return r, err, code
+end
+
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
+function Server:eval(name, nkeys, ...)
+    local script = type(name) == "string" and scripts[name]
+    if not script then error("bad argument #1 to 'eval' (unknown script)", 2) end
+    if type(nkeys) ~= "number" or nkeys < 0 or nkeys > select("#", ...) then
+        error("bad argument #2 to 'eval' (numkeys out of range)", 2)
+    end
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self):eval(name, nkeys, ...) end
+    local req = encode("EVALSHA", script.sha, nkeys, ...)
+    local r, err, code, stale = attempt(self, nil, req, script, nkeys, ...)
+    if r == nil and stale then r, err, code = attempt(self, nil, req, script, nkeys, ...) end
+    return r, err, code
+end
+
+--- Closes the blocking connection; pooled cosockets are nginx's and close
+-- when idle for keepalive_timeout.
+function Server:close()
+    self.closed = true
+    if self.fallback then self.fallback:close() end
+end
+
+return _M

@@ -1,0 +1,120 @@
+--- Test-only handlers that spec/41-openresty_spec.lua loads into nginx
+-- beside examples/openresty: what each phase did, and locations that hold
+-- a lock, run a WATCH/MULTI/EXEC sequence, or lock with AUTH and SELECT.
+-- Answers are "name=value" lines.
+local redlock = require "redlock"
+local counter = require "counter"
+
+local ngx = ngx
+local tostring, tonumber, pairs, sort, concat = tostring, tonumber, pairs, table.sort, table.concat
+
+local _M = {}
+local results = {}
+
+local function outcome(lock, err)
+    if not lock then return tostring(err) end
+    local ok, rerr = lock:release()
+    return ok and "ok" or tostring(rerr)
+end
+
+--- init_by_lua (the master): a lock over hiredis' blocking socket, which
+-- leaves that socket open when the workers fork.
+function _M.init()
+    local r = counter.redis
+    _M.client = redlock.new { servers = { { host = r.host, port = r.port } } }
+    local server = _M.client.servers[1]
+    results.init = outcome(_M.client:try_acquire("probe:init"))
+    results.init_transport = server.transport
+    results.init_connected = tostring(server.conn:connected())
+    _M.master_conn = server.conn
+end
+
+--- init_worker_by_lua: no cosockets here either, so hiredis again, on a
+-- connection of this worker's own; then a timer, where cosockets work.
+function _M.init_worker()
+    local pid = ngx.worker.pid()
+    local server = _M.client.servers[1]
+    results.init_worker = outcome(_M.client:try_acquire("probe:init_worker:" .. pid))
+    results.init_worker_own_conn = tostring(server.conn ~= _M.master_conn)
+    ngx.timer.at(0, function(premature)
+        if premature then return end
+        results.timer_phase = ngx.get_phase()
+        results.timer = outcome(counter.client:acquire("probe:timer:" .. pid))
+    end)
+end
+
+local function say_sorted(t)
+    local keys = {}
+    for k in pairs(t) do keys[#keys + 1] = k end
+    sort(keys)
+    for _, k in ipairs(keys) do ngx.say(k, "=", t[k]) end
+end
+
+--- GET /probe: what the phases of this worker did.
+function _M.report()
+    local server = counter.client.servers[1]
+    local t = { pid = ngx.worker.pid(), content_transport = server.transport,
+        -- the example client locks only in timers and requests: its hiredis
+        -- connection must never have been opened
+        content_blocking_connected = tostring(server.conn:connected()) }
+    for k, v in pairs(results) do t[k] = v end
+    say_sorted(t)
+end
+
+--- GET /hold?key=K&ms=N: holds lock:K for N ms (ngx.sleep), then releases.
+function _M.hold()
+    local lock, err = counter.client:acquire("lock:" .. ngx.var.arg_key)
+    if not lock then
+        ngx.status = 503
+        return ngx.say(err)
+    end
+    ngx.sleep(tonumber(ngx.var.arg_ms) / 1000)
+    local ok, rerr = lock:release()
+    ngx.say(ok and "released" or rerr)
+end
+
+-- WATCH, GET, MULTI, SET, EXEC on one server, with sleeps between, as
+-- legacy mode runs them: every step must reach the same connection.
+local function transaction(server, key, value)
+    local steps = { { "WATCH", key }, { "GET", key }, { "MULTI" }, { "SET", key, value }, { "EXEC" } }
+    local replies = {}
+    for i, step in ipairs(steps) do
+        local r, err = server:call(unpack(step))
+        if r == nil then return "step " .. i .. ": " .. tostring(err) end
+        replies[i] = type(r) == "table" and ("{" .. concat(r, ",") .. "}") or tostring(r)
+        ngx.sleep(0.01)
+    end
+    return concat(replies, " ")
+end
+
+--- GET /watch?key=K: two transactions at once (two light threads), and
+-- the NOSCRIPT path: SCRIPT FLUSH, then a lock.
+function _M.watch()
+    local server = counter.client.servers[1]
+    local key = ngx.var.arg_key
+    local a = ngx.thread.spawn(transaction, server, key .. ":a", "va")
+    local b = ngx.thread.spawn(transaction, server, key .. ":b", "vb")
+    local _, ra = ngx.thread.wait(a)
+    local _, rb = ngx.thread.wait(b)
+    ngx.say("a=", ra)
+    ngx.say("b=", rb)
+    server:call("SCRIPT", "FLUSH")
+    ngx.say("noscript=", outcome(counter.client:try_acquire(key .. ":lock")))
+end
+
+--- GET /auth?port=P&password=W&db=N&key=K: a client made in the request,
+-- with AUTH and SELECT; holds lock K (60 s) and answers its token.
+function _M.auth()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
+        password = args.password, db = tonumber(args.db) } } }
+    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+    if lock then
+        ngx.say("token=", lock.token)
+    else
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+end
+
+return _M
