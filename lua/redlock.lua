@@ -136,7 +136,7 @@ local function acquire(client, key, o, wait)
         local delay = o.retry_delay + jitter(o.retry_jitter)
         if v >= 0 and v + 1 < delay then delay = v + 1 end
         if delay > left then delay = left end
-        client.sleep(delay)
+        client.transport.sleep(delay)
     end
 end
 

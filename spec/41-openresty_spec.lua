@@ -16,7 +16,9 @@ local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
-        location = /auth { content_by_lua_block { require("probe").auth() } }]]
+        location = /auth { content_by_lua_block { require("probe").auth() } }
+        location = /renew { content_by_lua_block { require("probe").renew() } }
+        location = /renewing { content_by_lua_block { require("probe").renewing() } }]]
 local INIT = [[require("probe").init()]]
 
 local function start(redis, workers)
@@ -160,6 +162,49 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal(200, code, body)
             assert.equal("1", body)
             assert.same({}, ngx_server:errors())
+        end)
+
+        local function wait_for_key(key)
+            for _ = 1, 250 do
+                if data:command("EXISTS", key) == 1 then return true end
+                helper.sleep(20)
+            end
+            return false
+        end
+
+        it("renews from nginx timers: a 500 ms lock outlives 1.6 s of work, then renewal stops", function()
+            local key = helper.key("renew")
+            local req = ngx_server:bg("/renew?key=" .. key .. "&ttl=500&ms=1600")
+            assert.is_true(wait_for_key(key))
+            local token = data:command("GET", key)
+            helper.sleep(1200)
+            -- without renewal the key would have expired 700 ms ago
+            assert.equal(token, data:command("GET", key))
+            assert.is_true(data:command("PTTL", key) > 0)
+            local body, code = req.wait()
+            assert.equal(200, code, body)
+            local t = lines(body)
+            assert.equal("ok", t.release, body)
+            assert.equal("no", t.on_lost, body)
+            assert.equal(0, data:command("EXISTS", key))
+            helper.sleep(400) -- longer than a renewal period
+            assert.equal("active=false", (ngx_server:get("/renewing")))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("a renewed lock deleted by hand is lost: on_lost runs, release says 'not owner'", function()
+            local key = helper.key("renew")
+            local req = ngx_server:bg("/renew?key=" .. key .. "&ttl=600&ms=1000")
+            assert.is_true(wait_for_key(key))
+            data:command("DEL", key)
+            local body, code = req.wait()
+            assert.equal(200, code, body)
+            local t = lines(body)
+            assert.equal("0", t.remaining, body)
+            assert.matches("^not owner", t.release, body)
+            assert.equal("yes", t.on_lost, body)
+            assert.equal("true", t.handle_lost, body)
+            assert.equal("active=false", (ngx_server:get("/renewing")))
         end)
     end)
 end)

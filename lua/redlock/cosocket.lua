@@ -16,9 +16,11 @@ local scripted = require "redlock.scripted"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
-local setmetatable, select, type, error, tostring, ipairs =
-    setmetatable, select, type, error, tostring, ipairs
+local now = core.now
+local setmetatable, select, type, error, tostring, ipairs, pcall =
+    setmetatable, select, type, error, tostring, ipairs, pcall
 local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
+local floor, max = math.floor, math.max
 local running = coroutine.running
 
 local _M = {}
@@ -301,6 +303,58 @@ function Server:eval(name, nkeys, ...)
     local r, err, code, stale = attempt(self, nil, req, script, nkeys, ...)
     if r == nil and stale then r, err, code = attempt(self, nil, req, script, nkeys, ...) end
     return r, err, code
+end
+
+--- Renews `lock` from nginx timers: a token-checked extend every `every`
+-- ms (default a third of the lock's ttl), until the lock is released or
+-- lost, or `max_hold` ms (default 60000) have passed since renewal began;
+-- after that the lock expires on its own. Timers may always yield, so the
+-- extends go over cosockets, each on a pooled connection of its own, even
+-- for a lock taken where nginx had none. A chain of ngx.timer.at rather
+-- than ngx.timer.every, which cannot be stopped: each renewal ends with its
+-- lock, and holds one pending timer meanwhile (lua_max_pending_timers).
+-- A failed extend that is not "not owner" (Redis slow or away) is tried
+-- again at the next tick while the lock may still be valid.
+-- @tparam table lock a redlock lock
+-- @tparam[opt] table opts every, max_hold (ms), on_lost(lock) (called in the
+--   timer when an extend finds the lock gone)
+-- @treturn table|nil a handle (stop(), and fields active, lost, err), or
+--   nil, message when nginx refused the timer
+function _M.renew(lock, opts)
+    opts = opts or {}
+    local every = opts.every or max(1, floor(lock.ttl / 3))
+    local deadline = now() + (opts.max_hold or 60000)
+    local handle = { active = true }
+    function handle.stop() handle.active = false end
+    local tick
+    local function again()
+        local ok, err = ngx.timer.at(every / 1000, tick)
+        if not ok then
+            handle.active, handle.err = false, "renewal: could not start a timer: " .. tostring(err)
+        end
+        return ok, err
+    end
+    tick = function(premature)
+        if premature or not handle.active or lock.released or now() >= deadline then
+            handle.active = false
+            return
+        end
+        local ok, err, code = lock:extend()
+        if not ok and (code == "not owner" or code == "closed") then
+            handle.active = false
+            -- a release that ran while this extend waited is no loss
+            if code == "not owner" and not lock.released then
+                handle.lost, handle.err = true, err
+                if opts.on_lost then pcall(opts.on_lost, lock) end
+            end
+            return
+        end
+        if not ok then handle.err = err end
+        again()
+    end
+    local ok, err = again()
+    if not ok then return nil, handle.err or tostring(err) end
+    return handle
 end
 
 --- Closes the blocking connection; pooled cosockets are nginx's and close

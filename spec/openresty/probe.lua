@@ -3,6 +3,7 @@
 -- a lock, run a WATCH/MULTI/EXEC sequence, or lock with AUTH and SELECT.
 -- Answers are "name=value" lines.
 local redlock = require "redlock"
+local cosocket = require "redlock.cosocket"
 local counter = require "counter"
 
 local ngx = ngx
@@ -115,6 +116,31 @@ function _M.auth()
         ngx.say("code=", code)
         ngx.say("err=", err)
     end
+end
+
+--- GET /renew?key=K&ttl=T&ms=N: takes lock K with ttl T, renews it from
+-- nginx timers while sleeping N ms, then says what it still had.
+function _M.renew()
+    local args = ngx.req.get_uri_args()
+    local lock, err = counter.client:acquire(args.key, { ttl = tonumber(args.ttl) })
+    if not lock then
+        ngx.status = 503
+        return ngx.say(err)
+    end
+    local lost = "no"
+    local handle = assert(cosocket.renew(lock, { on_lost = function() lost = "yes" end }))
+    _M.last_renewal = handle
+    ngx.sleep(tonumber(args.ms) / 1000)
+    ngx.say("remaining=", lock:remaining())
+    local ok, rerr = lock:release()
+    ngx.say("release=", ok and "ok" or rerr)
+    ngx.say("on_lost=", lost)
+    ngx.say("handle_lost=", tostring(handle.lost))
+end
+
+--- GET /renewing: whether the last renewal of this worker still runs.
+function _M.renewing()
+    ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))
 end
 
 return _M
