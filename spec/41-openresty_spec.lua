@@ -111,7 +111,8 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("ok", t.noscript, body)
         end)
 
-        it("runs AUTH and SELECT on new pooled connections, and hides the password", function()
+        it("runs AUTH and SELECT on new pooled connections, hides the password, reports refused connections",
+            function()
             local locked = helper.start_server { password = "pw-for-nginx-test" }
             local key = helper.key("auth")
             local body = ngx_server:get(string.format("/auth?port=%d&password=pw-for-nginx-test&db=3&key=%s",
@@ -126,6 +127,11 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.matches("^server: 127%.0%.0%.1:%d+: AUTH failed: WRONGPASS", t.err)
             assert.is_nil(body:find("wrong-pw-xyz", 1, true))
             locked:stop()
+            -- nothing listens there any more
+            body = ngx_server:get(string.format("/auth?port=%d&key=%s", locked.port, helper.key("auth")))
+            t = lines(body)
+            assert.equal("connection", t.code, body)
+            assert.matches("^connection: 127%.0%.0%.1:%d+: could not connect %(", t.err)
         end)
     end)
 
