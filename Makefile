@@ -33,7 +33,8 @@ deps:
 
 # Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
 # the specs against an ASan+UBSan build, the core's specs under valgrind,
-# and a short fuzz run. Ends with "N passed, M failed".
+# a short fuzz run, and the specs under every interpreter (test-matrix).
+# Ends with "N passed, M failed".
 test: deps build build-jit
 	@sh tools/test-all.sh
 

@@ -15,6 +15,7 @@ local HTTP = [[init_worker_by_lua_block { require("probe").init_worker() }]]
 local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
+        location = /incr_legacy { content_by_lua_block { require("probe").incr_legacy() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
         location = /auth { content_by_lua_block { require("probe").auth() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
@@ -57,27 +58,38 @@ describe("OpenResty (nginx + Lua module)", function()
             ngx_server = nil
         end)
 
-        it("200 concurrent increments under the lock lose no update", function()
+        -- n requests to path?key=KEY, 16 at a time: each must answer a
+        -- different value, 1..n, and the counter must end at n
+        local function increments(path, n)
             local key = helper.key("counter")
             local dir = helper.fresh_dir("curl")
             local out = helper.read_cmd(string.format(
-                "curl -s --no-progress-meter --parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
-                helper.quote(dir .. "/r#1"), helper.quote(ngx_server:url("/incr?key=" .. key .. "&i=[1-200]"))))
+                "env -u LD_PRELOAD curl -s --no-progress-meter --parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
+                helper.quote(dir .. "/r#1"), helper.quote(ngx_server:url(path .. "?key=" .. key .. "&i=[1-" .. n .. "]"))))
             local codes = {}
             for code in out:gmatch("%d+") do codes[#codes + 1] = code end
-            assert.equal(200, #codes)
+            assert.equal(n, #codes)
             local seen = {}
-            for i = 1, 200 do
+            for i = 1, n do
                 assert.equal("200", codes[i], nginx.read(dir .. "/r" .. i))
                 local v = tonumber(nginx.read(dir .. "/r" .. i))
                 assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
                 seen[v] = true
             end
-            -- every request saw a different value: 1..200, none lost
-            for v = 1, 200 do assert.is_true(seen[v], "no request answered " .. v) end
-            assert.equal("200", data:command("GET", key))
+            for v = 1, n do assert.is_true(seen[v], "no request answered " .. v) end
+            assert.equal(tostring(n), data:command("GET", key))
             assert.equal(0, data:command("EXISTS", "lock:" .. key))
             assert.same({}, ngx_server:errors())
+        end
+
+        it("200 concurrent increments under the lock lose no update", function()
+            increments("/incr", 200)
+        end)
+
+        it("legacy mode (WATCH/MULTI/EXEC over cosockets): 100 concurrent increments lose no update", function()
+            increments("/incr_legacy", 100)
+            local t = lines((ngx_server:get("/probe")))
+            assert.equal("legacy", t.legacy_mode)
         end)
 
         it("uses hiredis where nginx has no cosockets (init, init_worker) and cosockets in timers and requests",

@@ -5,7 +5,7 @@
 # as one failure.
 set -u
 cd "$(dirname "$0")/.."
-SUITES=${SUITES:-"unit lint sanitize valgrind fuzz-smoke"}
+SUITES=${SUITES:-"unit lint sanitize valgrind fuzz-smoke matrix"}
 work=$(mktemp -d /tmp/redlock-suites.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 total_passed=0

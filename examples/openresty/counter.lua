@@ -26,10 +26,11 @@ end
 
 --- content_by_lua handler: GET /incr?key=NAME answers the new value;
 -- 503 when the lock stayed held for `wait`, 502 when Redis failed.
-function _M.incr()
+-- @param[opt] client another redlock client to lock with
+function _M.incr(client)
     local key = ngx.var.arg_key or "counter"
     local redis = _M.redis
-    local ok, value, code = _M.client:with_lock("lock:" .. key, function()
+    local ok, value, code = (client or _M.client):with_lock("lock:" .. key, function()
         local v = assert(store.command(redis, "GET", key))
         v = (v == ngx.null) and 0 or tonumber(v)
         -- a yield between the read and the write, as real work would have:

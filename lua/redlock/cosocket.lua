@@ -12,7 +12,6 @@
 -- does not define come from redlock.server. Internal.
 local core = require "redlock.core"
 local blocking = require "redlock.server"
-local scripted = require "redlock.scripted"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
@@ -73,7 +72,7 @@ local function fallback(self)
     local b = self.fallback
     if self.fallback_pid ~= pid then
         b = blocking.new(self.spec, self.mode)
-        self.fallback, self.fallback_pid, self.conn = b, pid, b.conn
+        self.fallback, self.fallback_pid = b, pid
     end
     return b
 end
@@ -239,6 +238,58 @@ local function command_name(first)
     return first
 end
 
+local function closed()
+    return nil, "closed: the connection is closed", "closed"
+end
+
+-- One command, never retried: reply, or nil, message, code, stale.
+local function command(self, ...)
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self).conn:command(...) end
+    local req = encode(...) -- raises on bad arguments, before any I/O
+    return attempt(self, command_name((...)), req)
+end
+
+local function check_script(name, nkeys, n)
+    local script = type(name) == "string" and scripts[name]
+    if not script then error("bad argument #1 to 'eval' (unknown script)", 3) end
+    if type(nkeys) ~= "number" or nkeys < 0 or nkeys > n then
+        error("bad argument #2 to 'eval' (numkeys out of range)", 3)
+    end
+    return script
+end
+
+-- One script run, never retried: reply, or nil, message, code, stale.
+local function eval(self, script, name, nkeys, ...)
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self).conn:eval(name, nkeys, ...) end
+    local req = encode("EVALSHA", script.sha, nkeys, ...)
+    return attempt(self, nil, req, script, nkeys, ...)
+end
+
+-- What other modules reach as server.conn (legacy mode sends the commands
+-- of a WATCH..EXEC sequence there, without Server:call's retry): a
+-- core.conn's interface, routed per phase like the server's own calls.
+local Conn = {}
+Conn.__index = Conn
+
+function Conn:command(...) return command(self.server, ...) end
+
+function Conn:eval(name, nkeys, ...)
+    return eval(self.server, check_script(name, nkeys, select("#", ...)), name, nkeys, ...)
+end
+
+--- Whether a connection is open for this caller now: in cosocket phases,
+-- one held since WATCH or MULTI (the state a caller may need to clean up).
+function Conn:connected()
+    local server = self.server
+    if not yieldable() then return fallback(server).conn:connected() end
+    return server.pinned[running()] ~= nil
+end
+
+function Conn:name() return self.server.name end
+function Conn:close() return self.server:close() end
+
 --- Makes a server. spec: a checked server table; mode: "auto", "script" or
 -- "legacy"; o: the client's options (connect_timeout, timeout,
 -- keepalive_timeout, pool_size).
@@ -252,9 +303,9 @@ function _M.new(spec, mode, o)
         spec = spec,
         name = b.name,
         mode = mode,
-        ops = scripted,
+        ops = b.ops, -- as redlock.server picks them for the mode
         fallback = b,
-        conn = b.conn,
+        fallback_pid = ngx.worker.pid(),
         host = host,
         port = spec.port or 6379,
         path = spec.path and ("unix:" .. spec.path),
@@ -269,39 +320,24 @@ function _M.new(spec, mode, o)
         pinned = setmetatable({}, { __mode = "k" }),
         closed = false,
     }, Server)
-    self.fallback_pid = ngx.worker.pid()
+    self.conn = setmetatable({ server = self }, Conn)
     return self
-end
-
-local function closed()
-    return nil, "closed: the connection is closed", "closed"
 end
 
 --- Runs a command; nil, message, code on failure. A pooled connection that
 -- the server closed is not a failure of this call: it sends once more on a
 -- new connection.
 function Server:call(...)
-    if self.closed then return closed() end
-    if not yieldable() then return fallback(self):call(...) end
-    local req = encode(...) -- raises on bad arguments, before any I/O
-    local cmd = command_name((...))
-    local r, err, code, stale = attempt(self, cmd, req)
-    if r == nil and stale then r, err, code = attempt(self, cmd, req) end
+    local r, err, code, stale = command(self, ...)
+    if r == nil and stale then r, err, code = command(self, ...) end
     return r, err, code
 end
 
 --- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
 function Server:eval(name, nkeys, ...)
-    local script = type(name) == "string" and scripts[name]
-    if not script then error("bad argument #1 to 'eval' (unknown script)", 2) end
-    if type(nkeys) ~= "number" or nkeys < 0 or nkeys > select("#", ...) then
-        error("bad argument #2 to 'eval' (numkeys out of range)", 2)
-    end
-    if self.closed then return closed() end
-    if not yieldable() then return fallback(self):eval(name, nkeys, ...) end
-    local req = encode("EVALSHA", script.sha, nkeys, ...)
-    local r, err, code, stale = attempt(self, nil, req, script, nkeys, ...)
-    if r == nil and stale then r, err, code = attempt(self, nil, req, script, nkeys, ...) end
+    local script = check_script(name, nkeys, select("#", ...))
+    local r, err, code, stale = eval(self, script, name, nkeys, ...)
+    if r == nil and stale then r, err, code = eval(self, script, name, nkeys, ...) end
     return r, err, code
 end
 

@@ -6,6 +6,9 @@ local helper = require "helper"
 local _M = {}
 
 local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
+-- nginx and curl never run under the sanitizer runtimes that make
+-- test-sanitize preloads into the Lua processes.
+local NO_PRELOAD = "env -u LD_PRELOAD "
 
 --- Why nginx with the Lua module cannot run here, or nil when it can.
 function _M.missing()
@@ -70,7 +73,7 @@ local function render(self, template, vars)
 end
 
 local function nginx_cmd(self, extra)
-    return string.format("nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
+    return string.format(NO_PRELOAD .. "nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
         self.dir, extra)
 end
 
@@ -124,7 +127,7 @@ end
 --- curl in the foreground: body, HTTP code, seconds taken.
 function Nginx:get(path, max_time)
     local out = helper.read_cmd(string.format(
-        "curl -s --max-time %d -w '\\n%%{http_code} %%{time_total}' %s", max_time or 20,
+        NO_PRELOAD .. "curl -s --max-time %d -w '\\n%%{http_code} %%{time_total}' %s", max_time or 20,
         helper.quote(self:url(path))))
     return parse(out)
 end
@@ -142,7 +145,7 @@ end
 function Nginx:bg(path)
     local dir = helper.fresh_dir("curl")
     sh(string.format("sh -c %s &", helper.quote(string.format(
-        "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
+        NO_PRELOAD .. "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
         helper.quote(self:url(path)), dir, dir))))
     local h = {}
     function h.done() return read(dir .. "/status") ~= nil end

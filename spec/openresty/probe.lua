@@ -26,8 +26,11 @@ function _M.init()
     local server = _M.client.servers[1]
     results.init = outcome(_M.client:try_acquire("probe:init"))
     results.init_transport = server.transport
-    results.init_connected = tostring(server.conn:connected())
-    _M.master_conn = server.conn
+    results.init_connected = tostring(server.fallback.conn:connected())
+    _M.master_conn = server.fallback.conn
+    -- the WATCH/MULTI recipe, forced (a normal server would pick scripts)
+    _M.legacy = redlock.new { servers = { { host = r.host, port = r.port } }, mode = "legacy",
+        ttl = 5000, wait = 30000, retry_delay = 5, retry_jitter = 5 }
 end
 
 --- init_worker_by_lua: no cosockets here either, so hiredis again, on a
@@ -36,7 +39,7 @@ function _M.init_worker()
     local pid = ngx.worker.pid()
     local server = _M.client.servers[1]
     results.init_worker = outcome(_M.client:try_acquire("probe:init_worker:" .. pid))
-    results.init_worker_own_conn = tostring(server.conn ~= _M.master_conn)
+    results.init_worker_own_conn = tostring(server.fallback.conn ~= _M.master_conn)
     ngx.timer.at(0, function(premature)
         if premature then return end
         results.timer_phase = ngx.get_phase()
@@ -57,10 +60,14 @@ function _M.report()
     local t = { pid = ngx.worker.pid(), content_transport = server.transport,
         -- the example client locks only in timers and requests: its hiredis
         -- connection must never have been opened
-        content_blocking_connected = tostring(server.conn:connected()) }
+        content_blocking_connected = tostring(server.fallback.conn:connected()),
+        legacy_mode = tostring(_M.legacy:mode()) }
     for k, v in pairs(results) do t[k] = v end
     say_sorted(t)
 end
+
+--- GET /incr_legacy?key=K: the example's handler with the legacy client.
+function _M.incr_legacy() return counter.incr(_M.legacy) end
 
 --- GET /hold?key=K&ms=N: holds lock:K for N ms (ngx.sleep), then releases.
 function _M.hold()
