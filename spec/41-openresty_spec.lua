@@ -63,9 +63,10 @@ describe("OpenResty (nginx + Lua module)", function()
         local function increments(path, n)
             local key = helper.key("counter")
             local dir = helper.fresh_dir("curl")
-            local out = helper.read_cmd(string.format(
-                "env -u LD_PRELOAD curl -s --no-progress-meter --parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
-                helper.quote(dir .. "/r#1"), helper.quote(ngx_server:url(path .. "?key=" .. key .. "&i=[1-" .. n .. "]"))))
+            local url = ngx_server:url(path .. "?key=" .. key .. "&i=[1-" .. n .. "]")
+            local out = nginx.read_cmd(string.format("curl -s --no-progress-meter "
+                .. "--parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
+                helper.quote(dir .. "/r#1"), helper.quote(url)))
             local codes = {}
             for code in out:gmatch("%d+") do codes[#codes + 1] = code end
             assert.equal(n, #codes)

@@ -6,17 +6,21 @@ local helper = require "helper"
 local _M = {}
 
 local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
--- nginx and curl never run under the sanitizer runtimes that make
--- test-sanitize preloads into the Lua processes.
-local NO_PRELOAD = "env -u LD_PRELOAD "
+-- Nothing this driver runs (nginx, curl, ps: ps hangs with ASan loaded)
+-- runs under the sanitizer runtimes that make test-sanitize preloads into
+-- the Lua processes.
+local NO_PRELOAD = "unset LD_PRELOAD; "
+
+local function read_cmd(cmd) return helper.read_cmd(NO_PRELOAD .. cmd) end
+_M.read_cmd = read_cmd
 
 --- Why nginx with the Lua module cannot run here, or nil when it can.
 function _M.missing()
-    if not helper.read_cmd("command -v nginx"):find("nginx") then return "nginx is not installed" end
+    if not read_cmd("command -v nginx"):find("nginx") then return "nginx is not installed" end
     local f = io.open(MODULE)
     if not f then return "libnginx-mod-http-lua is not installed" end
     f:close()
-    if not helper.read_cmd("command -v curl"):find("curl") then return "curl is not installed" end
+    if not read_cmd("command -v curl"):find("curl") then return "curl is not installed" end
 end
 
 local function read(path)
@@ -29,7 +33,7 @@ end
 _M.read = read
 
 local function sh(cmd)
-    local ok = os.execute(cmd)
+    local ok = os.execute(NO_PRELOAD .. cmd)
     return ok == true or ok == 0
 end
 
@@ -73,7 +77,7 @@ local function render(self, template, vars)
 end
 
 local function nginx_cmd(self, extra)
-    return string.format(NO_PRELOAD .. "nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
+    return string.format("nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
         self.dir, extra)
 end
 
@@ -81,7 +85,7 @@ end
 -- init (text for the template's @HTTP@, @SERVER@ and @INIT@ markers),
 -- lua_path (put before the template's lua_package_path).
 function _M.start(opts)
-    local repo = helper.read_cmd("pwd"):gsub("%s+$", "")
+    local repo = read_cmd("pwd"):gsub("%s+$", "")
     local template = assert(read(repo .. "/examples/openresty/nginx.conf"))
     local self = setmetatable({ dir = helper.fresh_dir("nginx") }, Nginx)
     for _ = 1, 10 do
@@ -89,7 +93,7 @@ function _M.start(opts)
         render(self, template, {
             PREFIX = self.dir, REPO = repo, PORT = self.port, WORKERS = opts.workers or 1,
             REDIS_HOST = "127.0.0.1", REDIS_PORT = opts.redis.port,
-            USER = helper.read_cmd("id -u"):match("^0%s") and "user root;" or "",
+            USER = read_cmd("id -u"):match("^0%s") and "user root;" or "",
             HTTP = opts.http or "", SERVER = opts.server or "", INIT = opts.init or "",
             LUA_PATH = opts.lua_path,
         })
@@ -126,8 +130,8 @@ end
 
 --- curl in the foreground: body, HTTP code, seconds taken.
 function Nginx:get(path, max_time)
-    local out = helper.read_cmd(string.format(
-        NO_PRELOAD .. "curl -s --max-time %d -w '\\n%%{http_code} %%{time_total}' %s", max_time or 20,
+    local out = read_cmd(string.format(
+        "curl -s --max-time %d -w '\\n%%{http_code} %%{time_total}' %s", max_time or 20,
         helper.quote(self:url(path))))
     return parse(out)
 end
@@ -145,7 +149,7 @@ end
 function Nginx:bg(path)
     local dir = helper.fresh_dir("curl")
     sh(string.format("sh -c %s &", helper.quote(string.format(
-        NO_PRELOAD .. "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
+        "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
         helper.quote(self:url(path)), dir, dir))))
     local h = {}
     function h.done() return read(dir .. "/status") ~= nil end
