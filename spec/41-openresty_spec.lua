@@ -16,14 +16,14 @@ local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
         location = /incr_legacy { content_by_lua_block { require("probe").incr_legacy() } }
+        location = /incr_redlock { content_by_lua_block { require("probe").incr_redlock() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
         location = /auth { content_by_lua_block { require("probe").auth() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }]]
-local INIT = [[require("probe").init()]]
-
-local function start(redis, workers)
-    return nginx.start { workers = workers, redis = redis, http = HTTP, server = SERVER, init = INIT,
+local function start(redis, workers, redlock_ports)
+    local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
+    return nginx.start { workers = workers, redis = redis, http = HTTP, server = SERVER, init = init,
         lua_path = LUA_PATH }
 end
 
@@ -39,11 +39,12 @@ describe("OpenResty (nginx + Lua module)", function()
         return
     end
 
-    local redis, data, ngx_server
+    local redis, data, ngx_server, redlock_ports
     setup(function()
         assert(io.open(JIT_CORE), JIT_CORE .. " is missing: run `make build-jit`"):close()
         redis = helper.start_server()
         data = core.conn(redis:spec())
+        redlock_ports = { redis.port, helper.start_server().port, helper.start_server().port }
     end)
     teardown(function()
         if ngx_server then ngx_server:stop() end
@@ -52,7 +53,7 @@ describe("OpenResty (nginx + Lua module)", function()
     end)
 
     describe("4 workers", function()
-        setup(function() ngx_server = start(redis, 4) end)
+        setup(function() ngx_server = start(redis, 4, redlock_ports) end)
         teardown(function()
             ngx_server:stop()
             ngx_server = nil
@@ -93,6 +94,10 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("legacy", t.legacy_mode)
         end)
 
+        it("Redlock over 3 servers (fan-out in light threads): 100 concurrent increments lose no update", function()
+            increments("/incr_redlock", 100)
+        end)
+
         it("uses hiredis where nginx has no cosockets (init, init_worker) and cosockets in timers and requests",
             function()
                 ngx_server:get("/incr?key=" .. helper.key())
@@ -104,6 +109,7 @@ describe("OpenResty (nginx + Lua module)", function()
                 assert.equal("cosocket", t.init_transport, body)
                 assert.equal("ok", t.init_worker, body)          -- worker, init_worker_by_lua: hiredis
                 assert.equal("true", t.init_worker_own_conn, body) -- not the master's socket
+                assert.equal("ok", t.init_worker_redlock, body)  -- Redlock's fan-out over poll()
                 assert.equal("timer", t.timer_phase, body)
                 assert.equal("ok", t.timer, body)
                 assert.equal("cosocket", t.content_transport, body)
@@ -149,7 +155,7 @@ describe("OpenResty (nginx + Lua module)", function()
     end)
 
     describe("1 worker", function()
-        setup(function() ngx_server = start(redis, 1) end)
+        setup(function() ngx_server = start(redis, 1, redlock_ports) end)
         teardown(function()
             ngx_server:stop()
             ngx_server = nil

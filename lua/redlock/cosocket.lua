@@ -15,6 +15,7 @@ local blocking = require "redlock.server"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
+local core_fanout_eval = core.fanout_eval
 local now = core.now
 local setmetatable, select, type, error, tostring, ipairs, pcall =
     setmetatable, select, type, error, tostring, ipairs, pcall
@@ -116,16 +117,16 @@ local function exchange(sock, rd, req)
     end
 end
 
-local function io_failure(self, err, doing)
+local function io_failure(self, err, doing, limit)
     if err == "timeout" then
-        return format("connection: %s: timed out after %d ms %s", self.name, self.timeout, doing)
+        return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
     end
     return format("connection: %s: lost the connection %s (%s)", self.name, doing, tostring(err))
 end
 
 -- Runs AUTH and SELECT on a connection that is new (not from the pool).
 -- Returns true, or nil, message, code.
-local function setup(self, sock, rd)
+local function setup(self, sock, rd, limit)
     local spec = self.spec
     local steps = {}
     if spec.password then
@@ -137,7 +138,7 @@ local function setup(self, sock, rd)
     end
     for _, step in ipairs(steps) do
         local ok, v, msg, code = exchange(sock, rd, step[2])
-        if not ok then return nil, io_failure(self, v, step[1]), "connection" end
+        if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
         if v == nil then
             if code == "server" then
                 msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
@@ -150,12 +151,17 @@ local function setup(self, sock, rd)
     return true
 end
 
-local function connect(self)
+-- A socket connected (or from the pool): sock, nil, nil, read timeout in
+-- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
+-- server's timeouts, doubled for what a new connection has to do first.
+local function connect(self, tmo)
     local sock, err = ngx.socket.tcp()
     if not sock then
         return nil, format("connection: %s: could not make a socket (%s)", self.name, tostring(err))
     end
-    sock:settimeouts(self.connect_timeout, self.timeout, self.timeout)
+    local cto, rto = self.connect_timeout, self.timeout
+    if tmo then cto, rto = 2 * tmo, 2 * tmo end
+    sock:settimeouts(cto, rto, rto)
     local pool = self.pool or pool_name(self)
     self.pool = pool
     local ok
@@ -165,35 +171,41 @@ local function connect(self)
         ok, err = sock:connect(self.host, self.port, { pool = pool })
     end
     if not ok then
-        if err == "timeout" then
-            err = format("timed out after %d ms", self.connect_timeout)
-        end
-        return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err))
+        local timed_out = err == "timeout"
+        if timed_out then err = format("timed out after %d ms", cto) end
+        return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
     end
-    return sock
+    if tmo and sock:getreusedtimes() > 0 then
+        rto = tmo
+        sock:settimeouts(tmo, tmo, tmo)
+    end
+    return sock, nil, nil, rto
 end
 
 -- One try of a request on a pinned, pooled or new connection. Returns the
--- reply, or nil, message, code, stale (stale: a pooled connection that the
--- server had closed; worth one more try on a fresh one). After a NOSCRIPT
--- reply to EVALSHA of `script`, sends EVAL of its source on the same
--- connection (nkeys and the rest are the script's arguments).
-local function attempt(self, cmd, req, script, nkeys, ...)
+-- reply, or nil, message, code, stale, timed_out (stale: a pooled
+-- connection that the server had closed; worth one more try on a fresh
+-- one). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
+-- source on the same connection (nkeys and the rest are the script's
+-- arguments). tmo: a fan-out's time limit (see connect), or nil.
+local function attempt(self, cmd, req, tmo, script, nkeys, ...)
     local co = running()
     local pinned = self.pinned
     local sock = pinned[co]
     local was_pinned = sock ~= nil
     local reused = was_pinned
+    local limit = self.timeout
     local err, code
     if not sock then
-        sock, err = connect(self)
-        if not sock then return nil, err, "connection", false end
+        local timed_out
+        sock, err, timed_out, limit = connect(self, tmo)
+        if not sock then return nil, err, "connection", false, timed_out end
         reused = sock:getreusedtimes() > 0
     end
     local rd = reader(self)
     if not reused then
         local ok
-        ok, err, code = setup(self, sock, rd)
+        ok, err, code = setup(self, sock, rd, limit)
         if not ok then
             sock:close()
             return nil, err, code, false
@@ -208,8 +220,8 @@ local function attempt(self, cmd, req, script, nkeys, ...)
         pinned[co] = nil
         sock:close()
         -- no retry on a pinned connection: a fresh one lacks its WATCH state
-        return nil, io_failure(self, v, "waiting for a reply"), "connection",
-            reused and not was_pinned and v ~= "timeout"
+        return nil, io_failure(self, v, "waiting for a reply", limit), "connection",
+            reused and not was_pinned and v ~= "timeout", v == "timeout"
     end
     if v == nil and code ~= "server" then -- protocol error: the stream is lost
         pinned[co] = nil
@@ -247,7 +259,7 @@ local function command(self, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:command(...) end
     local req = encode(...) -- raises on bad arguments, before any I/O
-    return attempt(self, command_name((...)), req)
+    return attempt(self, command_name((...)), req, nil)
 end
 
 local function check_script(name, nkeys, n)
@@ -264,7 +276,7 @@ local function eval(self, script, name, nkeys, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:eval(name, nkeys, ...) end
     local req = encode("EVALSHA", script.sha, nkeys, ...)
-    return attempt(self, nil, req, script, nkeys, ...)
+    return attempt(self, nil, req, nil, script, nkeys, ...)
 end
 
 -- What other modules reach as server.conn (legacy mode sends the commands
@@ -339,6 +351,44 @@ function Server:eval(name, nkeys, ...)
     local r, err, code, stale = eval(self, script, name, nkeys, ...)
     if r == nil and stale then r, err, code = eval(self, script, name, nkeys, ...) end
     return r, err, code
+end
+
+-- One server's part of a fan-out, in its own light thread.
+local function fan_one(server, tmo, script, nkeys, ...)
+    if server.closed then return closed() end
+    return attempt(server, nil, encode("EVALSHA", script.sha, nkeys, ...), tmo, script, nkeys, ...)
+end
+
+--- Redlock's fan-out (core.fanout_eval's contract, see csrc/fanout.c) for
+-- servers of this transport: conns are their server.conn. Where the phase
+-- may yield, one light thread per server (ngx.thread.spawn), so the call
+-- costs the slowest answer, each limited to timeout ms (twice that on a
+-- new connection); elsewhere core.fanout_eval over their blocking
+-- connections. Returns values, errs, codes, flags ("timeout", "stale").
+function _M.fanout_eval(conns, timeout, name, nkeys, ...)
+    local n = #conns
+    local script = check_script(name, nkeys, select("#", ...))
+    if not yieldable() then
+        local blocking_conns = {}
+        for i = 1, n do blocking_conns[i] = fallback(conns[i].server).conn end
+        return core_fanout_eval(blocking_conns, timeout, name, nkeys, ...)
+    end
+    local threads, vals, errs, codes, flags = {}, {}, {}, {}, {}
+    for i = 1, n do
+        threads[i] = ngx.thread.spawn(fan_one, conns[i].server, timeout, script, nkeys, ...)
+    end
+    for i = 1, n do
+        local ok, v, err, code, stale, timed_out = ngx.thread.wait(threads[i])
+        if not ok then -- the thread raised: v is the error
+            errs[i], codes[i] = format("connection: %s: %s", conns[i].server.name, tostring(v)), "connection"
+        elseif v ~= nil then
+            vals[i] = v
+        else
+            errs[i], codes[i] = err, code
+            flags[i] = (timed_out and "timeout") or (stale and "stale") or nil
+        end
+    end
+    return vals, errs, codes, flags
 end
 
 --- Renews `lock` from nginx timers: a token-checked extend every `every`

@@ -85,5 +85,8 @@ function Server:close() self.conn:close() end
 _M.Server = Server
 --- How this transport waits between attempts: a blocking sleep (ms).
 _M.sleep = core.sleep
+--- How this transport asks several servers at once (redlock.quorum):
+-- poll() over their hiredis connections.
+_M.fanout_eval = core.fanout_eval
 
 return _M

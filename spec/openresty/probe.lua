@@ -19,8 +19,9 @@ local function outcome(lock, err)
 end
 
 --- init_by_lua (the master): a lock over hiredis' blocking socket, which
--- leaves that socket open when the workers fork.
-function _M.init()
+-- leaves that socket open when the workers fork. redlock_ports: three Redis
+-- servers for a Redlock client.
+function _M.init(redlock_ports)
     local r = counter.redis
     _M.client = redlock.new { servers = { { host = r.host, port = r.port } } }
     local server = _M.client.servers[1]
@@ -31,6 +32,9 @@ function _M.init()
     -- the WATCH/MULTI recipe, forced (a normal server would pick scripts)
     _M.legacy = redlock.new { servers = { { host = r.host, port = r.port } }, mode = "legacy",
         ttl = 5000, wait = 30000, retry_delay = 5, retry_jitter = 5 }
+    local servers = {}
+    for i, port in ipairs(redlock_ports) do servers[i] = { host = r.host, port = port } end
+    _M.redlock = redlock.new { servers = servers, ttl = 5000, wait = 30000, retry_delay = 5, retry_jitter = 5 }
 end
 
 --- init_worker_by_lua: no cosockets here either, so hiredis again, on a
@@ -40,6 +44,8 @@ function _M.init_worker()
     local server = _M.client.servers[1]
     results.init_worker = outcome(_M.client:try_acquire("probe:init_worker:" .. pid))
     results.init_worker_own_conn = tostring(server.fallback.conn ~= _M.master_conn)
+    -- Redlock's fan-out, here over poll() and hiredis
+    results.init_worker_redlock = outcome(_M.redlock:try_acquire("probe:init_worker_redlock:" .. pid))
     ngx.timer.at(0, function(premature)
         if premature then return end
         results.timer_phase = ngx.get_phase()
@@ -68,6 +74,9 @@ end
 
 --- GET /incr_legacy?key=K: the example's handler with the legacy client.
 function _M.incr_legacy() return counter.incr(_M.legacy) end
+
+--- GET /incr_redlock?key=K: the same with the Redlock client (3 servers).
+function _M.incr_redlock() return counter.incr(_M.redlock) end
 
 --- GET /hold?key=K&ms=N: holds lock:K for N ms (ngx.sleep), then releases.
 function _M.hold()
