@@ -2,3 +2,6 @@ std = "max"
 max_line_length = 110
 files["spec"] = { std = "+busted", max_line_length = 130 }
 exclude_files = { "build", ".luarocks" }
+-- code that runs inside nginx's Lua module
+files["spec/openresty"] = { std = "+ngx_lua" }
+files["examples/openresty"] = { std = "+ngx_lua" }

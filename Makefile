@@ -1,7 +1,9 @@
 # Thin wrapper: deps, build, test, demo, bench, lint. See README.md.
 LUA_VERSION ?= 5.4
-LUA         ?= lua$(LUA_VERSION)
-LUA_CFLAGS  ?= $(shell pkg-config --cflags lua$(LUA_VERSION) 2>/dev/null || echo -I/usr/include/lua$(LUA_VERSION))
+# LUA_VERSION=jit: LuaJIT (OpenResty's luajit2, the one nginx's Lua module uses)
+LUA_PC      := $(if $(filter jit,$(LUA_VERSION)),luajit,lua$(LUA_VERSION))
+LUA         ?= $(LUA_PC)
+LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I/usr/include/$(LUA_PC))
 HIREDIS_LIBS ?= $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 BUILD       ?= build
 CC          ?= cc
@@ -11,9 +13,9 @@ SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
-.PHONY: all deps build test check demo clean lint fuzz fuzz-build docs \
+.PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-redlock bench-contended \
-	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke
+	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork
 
@@ -31,12 +33,13 @@ deps:
 
 # Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
 # the specs against an ASan+UBSan build, the core's specs under valgrind,
-# and a short fuzz run. Ends with "N passed, M failed".
-test: deps build
+# a short fuzz run, and the specs under every interpreter (test-matrix).
+# Ends with "N passed, M failed".
+test: deps build build-jit
 	@sh tools/test-all.sh
 
 # Just the specs under Lua 5.4: the quick check while developing.
-check test-unit: deps build
+check test-unit: deps build build-jit
 	@sh spec/run.sh
 
 lint test-lint: deps
@@ -45,7 +48,7 @@ lint test-lint: deps
 # The specs against an ASan+UBSan build of the core, loaded into the stock
 # lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-test-sanitize: deps
+test-sanitize: deps build-jit
 	@$(MAKE) -s BUILD=build/sanitize CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" build
 	@REDLOCK_BUILD=build/sanitize \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
@@ -75,6 +78,15 @@ fuzz: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh $(FUZZ_SECONDS)
 test-fuzz-smoke: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh 15
+
+# The core for nginx's LuaJIT, which spec/41-openresty_spec.lua loads.
+build-jit:
+	@$(MAKE) --no-print-directory LUA_VERSION=jit BUILD=build/jit build
+
+# Every spec under Lua 5.1, 5.2, 5.3, 5.4 and LuaJIT, each with its own
+# build/<version>/; ends with one combined "N passed, M failed".
+test-matrix: deps
+	@sh tools/matrix.sh
 
 demo: deps build
 	@sh examples/demo.sh

@@ -36,6 +36,7 @@ build = {
       ["redlock.legacy"] = "lua/redlock/legacy.lua",
       ["redlock.notify"] = "lua/redlock/notify.lua",
       ["redlock.options"] = "lua/redlock/options.lua",
+      ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",
       ["redlock.server"] = "lua/redlock/server.lua",

@@ -6,10 +6,12 @@
 #include <lauxlib.h>
 
 #if LUA_VERSION_NUM < 502
-/* LuaJIT 2.1 already provides these two; plain 5.1 does not. */
-#if !defined(LUAJIT_VERSION_NUM) || LUAJIT_VERSION_NUM < 20100
+/* LuaJIT 2.1's lauxlib.h already has luaL_setfuncs, luaL_testudata and
+ * luaL_newlib (and defines luaL_newlib as a macro); plain 5.1 has none.
+ * static inline: a file that does not use a shim must not warn. */
+#ifndef luaL_newlib
 #define luaL_setfuncs redlock_setfuncs
-static void redlock_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
+static inline void redlock_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
     luaL_checkstack(L, nup + 1, "too many upvalues");
     for (; l->name != NULL; l++) {
         int i;
@@ -21,7 +23,7 @@ static void redlock_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
     lua_pop(L, nup);
 }
 #define luaL_testudata redlock_testudata
-static void *redlock_testudata(lua_State *L, int ud, const char *tname) {
+static inline void *redlock_testudata(lua_State *L, int ud, const char *tname) {
     void *p = lua_touserdata(L, ud);
     if (p != NULL && lua_getmetatable(L, ud)) {
         luaL_getmetatable(L, tname);
@@ -32,9 +34,9 @@ static void *redlock_testudata(lua_State *L, int ud, const char *tname) {
     }
     return NULL;
 }
-#endif
 #define luaL_newlibtable(L, l) lua_createtable(L, 0, sizeof(l) / sizeof((l)[0]) - 1)
 #define luaL_newlib(L, l) (luaL_newlibtable(L, l), luaL_setfuncs(L, l, 0))
+#endif
 #define lua_rawlen(L, i) lua_objlen(L, i)
 #endif
 

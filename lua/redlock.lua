@@ -11,6 +11,7 @@
 -- connection, server, closed; the message starts with the code word.
 -- @module redlock
 local core = require "redlock.core"
+local cosocket = require "redlock.cosocket"
 local options = require "redlock.options"
 local hold = require "redlock.hold"
 local server_mod = require "redlock.server"
@@ -18,7 +19,7 @@ local single = require "redlock.single"
 local quorum = require "redlock.quorum"
 local util = require "redlock.util"
 
-local now, sleep, new_token = core.now, core.sleep, core.token
+local now, new_token = core.now, core.token
 local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, util.unpack
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, max = string.format, math.floor, math.max
@@ -71,11 +72,14 @@ function _M.new(opts)
     opts = opts or {}
     local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
     local specs = options.servers(opts.servers)
+    -- Inside nginx: cosockets where the phase allows, else hiredis
+    -- (redlock.cosocket decides per call); elsewhere hiredis' sockets.
+    local transport = cosocket.in_nginx() and cosocket or server_mod
     local servers = {}
     for i, spec in ipairs(specs) do
         spec.connect_timeout = spec.connect_timeout or o.connect_timeout
         spec.timeout = spec.timeout or o.timeout
-        servers[i] = server_mod.new(spec, o.mode)
+        servers[i] = transport.new(spec, o.mode, o)
     end
     o.servers = nil
     if #servers >= 2 then quorum.check_servers(servers) end
@@ -84,6 +88,8 @@ function _M.new(opts)
         servers = servers,
         drift_factor = o.drift_factor,
         strategy = #servers >= 2 and quorum or single,
+        -- the servers' module: its sleep() waits between attempts
+        transport = transport,
         closed = false,
     }, Client)
 end
@@ -140,13 +146,13 @@ local function acquire(client, key, o, wait, renew)
                     show_key(key), where, v >= 0 and format("%d ms", v) or "never: no ttl"), "locked"
             end
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
-                wait, show_key(key), where), "timeout"
+                floor(wait), show_key(key), where), "timeout"
         end
         local bound = left
         if v >= 0 and v + 1 < bound then bound = v + 1 end
         if not (wait_for and wait_for(client, key, bound)) then
             local delay = o.retry_delay + jitter(o.retry_jitter)
-            sleep(delay < bound and delay or bound)
+            client.transport.sleep(delay < bound and delay or bound)
         end
     end
 end

@@ -10,6 +10,10 @@ ROOT=$(mktemp -d /tmp/redlock-test.XXXXXX)
 export REDLOCK_TEST_TMP="$ROOT" REDLOCK_LUA="$LUA"
 
 cleanup() {
+    # a directory's `stop` file stops what one pid cannot (nginx's workers)
+    for stop in "$ROOT"/*/stop; do
+        [ -f "$stop" ] && sh "$stop"
+    done
     for pidfile in "$ROOT"/*/pid; do
         [ -f "$pidfile" ] || continue
         pid=$(cat "$pidfile")

@@ -79,7 +79,7 @@ local function start_renewal(lock, max_hold, t0)
     local r = client.renewer
     if r == nil then
         local conns = {}
-        for i, server in ipairs(client.servers) do conns[i] = server.conn end
+        for i, server in ipairs(client.servers) do conns[i] = server:renewal_conn() end
         -- Redlock: the thread asks the servers one by one, each within the
         -- short per-server timeout (opts.server_timeout, else 50 ms)
         r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or nil)

@@ -17,6 +17,8 @@ _M.DEFAULTS = {
     connect_timeout = 1000,
     timeout = 1000,
     server_backoff = 1000,
+    keepalive_timeout = 60000,
+    pool_size = 32,
 }
 
 local function bad(fname, name, expected, value)
@@ -103,6 +105,10 @@ _M.CLIENT = {
     server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
     server_backoff = checks.non_negative, -- Redlock
     sync_fence = checks.boolean, -- Redlock
+    -- nginx cosockets only (redlock.cosocket): idle time and size of the
+    -- per-worker keepalive pool of each server
+    keepalive_timeout = checks.timeout,
+    pool_size = checks.positive_integer,
 }
 
 local SERVER_FIELDS = {

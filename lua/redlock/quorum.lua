@@ -17,7 +17,7 @@ local core = require "redlock.core"
 local scripted = require "redlock.scripted"
 local detect = require "redlock.detect"
 
-local fanout_eval, now = core.fanout_eval, core.now
+local now = core.now
 local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
@@ -89,6 +89,8 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
         end
     end
     if #conns > 0 then
+        -- the transport's fan-out: poll() over hiredis, or nginx light threads
+        local fanout_eval = client.transport.fanout_eval
         local vals, errs, cods, flgs = fanout_eval(conns, timeout, name, ...)
         local again, at
         for k = 1, #conns do

@@ -90,9 +90,21 @@ function Server:wait(key, ms)
     return nil
 end
 
+--- The redlock.conn whose settings the renewal thread copies (it makes
+-- connections of its own).
+function Server:renewal_conn() return self.conn end
+
 function Server:close()
     self.conn:close()
     if self.waiter then self.waiter:close() end
 end
+
+-- For redlock.cosocket, whose servers inherit these methods.
+_M.Server = Server
+--- How this transport waits between attempts: a blocking sleep (ms).
+_M.sleep = core.sleep
+--- How this transport asks several servers at once (redlock.quorum):
+-- poll() over their hiredis connections.
+_M.fanout_eval = core.fanout_eval
 
 return _M

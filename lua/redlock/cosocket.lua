@@ -1,0 +1,461 @@
+--- The nginx transport. Inside ngx_lua, in the phases that may yield
+-- (rewrite, access, content, timers, ...), a server speaks to Redis over
+-- nginx cosockets (ngx.socket.tcp, pooled with keepalive) and waits with
+-- ngx.sleep, so a lock never stalls the worker's event loop. The C core still
+-- does the protocol: core.encode builds the commands, core.reader parses the
+-- replies, core.scripts names the scripts for EVALSHA. In the other phases
+-- (init, init_worker, set, header/body filters, log, balancer) nginx gives
+-- no cosockets, and the same server uses hiredis' blocking socket instead.
+--
+-- The interface is redlock.server's (new, sleep, and a Server with call,
+-- eval, acquire, release, extend, close, name); the Server methods this file
+-- does not define come from redlock.server. Internal.
+local core = require "redlock.core"
+local blocking = require "redlock.server"
+
+local ngx = rawget(_G, "ngx") -- nil outside nginx
+local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
+local core_fanout_eval = core.fanout_eval
+local now = core.now
+local setmetatable, select, type, error, tostring, ipairs, pcall =
+    setmetatable, select, type, error, tostring, ipairs, pcall
+local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
+local floor, max = math.floor, math.max
+local running = coroutine.running
+
+local _M = {}
+
+-- Phases in which ngx.socket.tcp and ngx.sleep work (lua-nginx-module's
+-- documented contexts); any other phase takes the blocking path.
+local YIELDABLE = {
+    rewrite = true, server_rewrite = true, access = true, content = true, timer = true,
+    ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
+}
+
+-- Commands after which the connection carries state for the next command of
+-- the same caller (WATCH ... EXEC, as legacy mode does): the socket stays
+-- with the calling coroutine instead of going back to the pool, until a
+-- command that ends that state.
+local PIN = { WATCH = true, MULTI = true }
+local UNPIN = { EXEC = true, DISCARD = true, UNWATCH = true }
+
+local READ_SIZE = 16384
+local MAX_READERS = 8
+
+--- Whether this Lua state lives inside nginx's Lua module (any phase).
+function _M.in_nginx()
+    return type(ngx) == "table" and type(ngx.get_phase) == "function"
+        and type(ngx.socket) == "table" and type(ngx.socket.tcp) == "function"
+end
+
+local function yieldable()
+    return YIELDABLE[ngx.get_phase()] == true
+end
+_M.yieldable = yieldable
+
+--- Sleeps `ms` milliseconds: ngx.sleep where the phase may yield (the worker
+-- serves other requests meanwhile), else a blocking sleep.
+function _M.sleep(ms)
+    if ms <= 0 then return end
+    if yieldable() then return ngx.sleep(ms / 1000) end
+    return core_sleep(ms)
+end
+
+local Server = setmetatable({}, { __index = blocking.Server })
+Server.__index = Server
+_M.Server = Server
+
+-- The hiredis server for the phases without cosockets. A socket opened in
+-- init_by_lua (the master) would be shared by every forked worker, and
+-- their replies would mix: each process makes its own.
+local function fallback(self)
+    local pid = ngx.worker.pid()
+    local b = self.fallback
+    if self.fallback_pid ~= pid then
+        b = blocking.new(self.spec, self.mode)
+        self.fallback, self.fallback_pid = b, pid
+    end
+    return b
+end
+
+-- Connections to one server go to a pool of their own, named by address,
+-- database and credentials: a pooled connection has already run AUTH and
+-- SELECT, so it must only be handed to a server with the same ones.
+local function pool_name(self)
+    local spec = self.spec
+    local who = ""
+    if spec.password then who = ngx.md5((spec.username or "") .. "\0" .. spec.password) end
+    return format("redlock:%s/%d/%s", self.name, spec.db or 0, who)
+end
+
+local function reader(self)
+    local readers = self.readers
+    local n = #readers
+    if n == 0 then return new_reader() end
+    local r = readers[n]
+    readers[n] = nil
+    return r
+end
+
+local function keep_reader(self, r)
+    local readers = self.readers
+    if #readers < MAX_READERS then readers[#readers + 1] = r end
+end
+
+-- Sends one request and reads one reply: true, reply values (a server
+-- error is nil, message, "server"); or nil, error text of the socket.
+local function exchange(sock, rd, req)
+    local sent, err = sock:send(req)
+    if not sent then return nil, err end
+    while true do
+        local v, msg, code = rd:get()
+        if v ~= false then return true, v, msg, code end
+        local data
+        data, err = sock:receiveany(READ_SIZE)
+        if not data then return nil, err end
+        rd:feed(data)
+    end
+end
+
+local function io_failure(self, err, doing, limit)
+    if err == "timeout" then
+        return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
+    end
+    return format("connection: %s: lost the connection %s (%s)", self.name, doing, tostring(err))
+end
+
+-- Runs AUTH and SELECT on a connection that is new (not from the pool).
+-- Returns true, or nil, message, code.
+local function setup(self, sock, rd, limit)
+    local spec = self.spec
+    local steps = {}
+    if spec.password then
+        steps[1] = { "AUTH", spec.username and encode("AUTH", spec.username, spec.password)
+            or encode("AUTH", spec.password) }
+    end
+    if spec.db and spec.db ~= 0 then
+        steps[#steps + 1] = { "SELECT", encode("SELECT", spec.db) }
+    end
+    for _, step in ipairs(steps) do
+        local ok, v, msg, code = exchange(sock, rd, step[2])
+        if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
+        if v == nil then
+            if code == "server" then
+                msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
+            else
+                msg = format("connection: %s: %s", self.name, msg)
+            end
+            return nil, msg, code
+        end
+    end
+    return true
+end
+
+-- A socket connected (or from the pool): sock, nil, nil, read timeout in
+-- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
+-- server's timeouts, doubled for what a new connection has to do first.
+local function connect(self, tmo)
+    local sock, err = ngx.socket.tcp()
+    if not sock then
+        return nil, format("connection: %s: could not make a socket (%s)", self.name, tostring(err))
+    end
+    local cto, rto = self.connect_timeout, self.timeout
+    if tmo then cto, rto = 2 * tmo, 2 * tmo end
+    sock:settimeouts(cto, rto, rto)
+    local pool = self.pool or pool_name(self)
+    self.pool = pool
+    local ok
+    if self.path then
+        ok, err = sock:connect(self.path, { pool = pool })
+    else
+        ok, err = sock:connect(self.host, self.port, { pool = pool })
+    end
+    if not ok then
+        local timed_out = err == "timeout"
+        if timed_out then err = format("timed out after %d ms", cto) end
+        return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
+    end
+    if tmo and sock:getreusedtimes() > 0 then
+        rto = tmo
+        sock:settimeouts(tmo, tmo, tmo)
+    end
+    return sock, nil, nil, rto
+end
+
+-- One try of a request on a pinned, pooled or new connection. Returns the
+-- reply, or nil, message, code, stale, timed_out (stale: a pooled
+-- connection that the server had closed; worth one more try on a fresh
+-- one). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
+-- source on the same connection (nkeys and the rest are the script's
+-- arguments). tmo: a fan-out's time limit (see connect), or nil.
+local function attempt(self, cmd, req, tmo, script, nkeys, ...)
+    local co = running()
+    local pinned = self.pinned
+    local sock = pinned[co]
+    local was_pinned = sock ~= nil
+    local reused = was_pinned
+    local limit = self.timeout
+    local err, code
+    if not sock then
+        local timed_out
+        sock, err, timed_out, limit = connect(self, tmo)
+        if not sock then return nil, err, "connection", false, timed_out end
+        reused = sock:getreusedtimes() > 0
+    end
+    local rd = reader(self)
+    if not reused then
+        local ok
+        ok, err, code = setup(self, sock, rd, limit)
+        if not ok then
+            sock:close()
+            return nil, err, code, false
+        end
+    end
+    local ok, v, msg
+    ok, v, msg, code = exchange(sock, rd, req)
+    if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+        ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...))
+    end
+    if not ok then
+        pinned[co] = nil
+        sock:close()
+        -- no retry on a pinned connection: a fresh one lacks its WATCH state
+        return nil, io_failure(self, v, "waiting for a reply", limit), "connection",
+            reused and not was_pinned and v ~= "timeout", v == "timeout"
+    end
+    if v == nil and code ~= "server" then -- protocol error: the stream is lost
+        pinned[co] = nil
+        sock:close()
+        return nil, format("connection: %s: %s", self.name, msg), code, false
+    end
+    keep_reader(self, rd)
+    if cmd and (PIN[cmd] or (pinned[co] and not UNPIN[cmd])) then
+        pinned[co] = sock
+    else
+        pinned[co] = nil
+        local kept = sock:setkeepalive(self.keepalive_timeout, self.pool_size)
+        if not kept then sock:close() end
+    end
+    if v == nil then
+        return nil, format("server: %s: %s", self.name, sub(msg, 1, 200)), "server"
+    end
+    return v
+end
+
+local function command_name(first)
+    if type(first) ~= "string" then return "" end
+    -- most commands come upper-case already: skip the copy then
+    local b = byte(first, 1)
+    if b and b >= 97 and b <= 122 then return upper(first) end
+    return first
+end
+
+local function closed()
+    return nil, "closed: the connection is closed", "closed"
+end
+
+-- One command, never retried: reply, or nil, message, code, stale.
+local function command(self, ...)
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self).conn:command(...) end
+    local req = encode(...) -- raises on bad arguments, before any I/O
+    return attempt(self, command_name((...)), req, nil)
+end
+
+local function check_script(name, nkeys, n)
+    local script = type(name) == "string" and scripts[name]
+    if not script then error("bad argument #1 to 'eval' (unknown script)", 3) end
+    if type(nkeys) ~= "number" or nkeys < 0 or nkeys > n then
+        error("bad argument #2 to 'eval' (numkeys out of range)", 3)
+    end
+    return script
+end
+
+-- One script run, never retried: reply, or nil, message, code, stale.
+local function eval(self, script, name, nkeys, ...)
+    if self.closed then return closed() end
+    if not yieldable() then return fallback(self).conn:eval(name, nkeys, ...) end
+    local req = encode("EVALSHA", script.sha, nkeys, ...)
+    return attempt(self, nil, req, nil, script, nkeys, ...)
+end
+
+-- What other modules reach as server.conn (legacy mode sends the commands
+-- of a WATCH..EXEC sequence there, without Server:call's retry): a
+-- core.conn's interface, routed per phase like the server's own calls.
+local Conn = {}
+Conn.__index = Conn
+
+function Conn:command(...) return command(self.server, ...) end
+
+function Conn:eval(name, nkeys, ...)
+    return eval(self.server, check_script(name, nkeys, select("#", ...)), name, nkeys, ...)
+end
+
+--- Whether a connection is open for this caller now: in cosocket phases,
+-- one held since WATCH or MULTI (the state a caller may need to clean up).
+function Conn:connected()
+    local server = self.server
+    if not yieldable() then return fallback(server).conn:connected() end
+    return server.pinned[running()] ~= nil
+end
+
+function Conn:name() return self.server.name end
+function Conn:close() return self.server:close() end
+
+--- Makes a server. spec: a checked server table; mode: "auto", "script" or
+-- "legacy"; o: the client's options (connect_timeout, timeout,
+-- keepalive_timeout, pool_size).
+function _M.new(spec, mode, o)
+    o = o or {}
+    local b = blocking.new(spec, mode)
+    local host = spec.host
+    if host and host:find(":", 1, true) then host = "[" .. host .. "]" end
+    local self = setmetatable({
+        transport = "cosocket",
+        spec = spec,
+        name = b.name,
+        mode = mode,
+        ops = b.ops, -- as redlock.server picks them for the mode
+        fallback = b,
+        fallback_pid = ngx.worker.pid(),
+        host = host,
+        port = spec.port or 6379,
+        path = spec.path and ("unix:" .. spec.path),
+        connect_timeout = spec.connect_timeout or o.connect_timeout or 1000,
+        -- 0 is "no timeout" for hiredis; cosockets want a number of ms
+        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or 1000,
+        keepalive_timeout = o.keepalive_timeout or 60000,
+        pool_size = o.pool_size or 32,
+        readers = {},
+        -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
+        -- finished request's coroutine does not keep anything alive
+        pinned = setmetatable({}, { __mode = "k" }),
+        closed = false,
+    }, Server)
+    self.conn = setmetatable({ server = self }, Conn)
+    return self
+end
+
+--- Waiting for a release: a blocking BLPOP has no place in an nginx
+-- worker, so waiters poll with ngx.sleep (nil: the caller sleeps).
+function Server.wait() return nil end
+
+--- The renewal thread (csrc/renew.c) runs outside the event loop with
+-- blocking connections of its own: it copies the hiredis server's settings.
+function Server:renewal_conn() return self.fallback.conn end
+
+--- Runs a command; nil, message, code on failure. A pooled connection that
+-- the server closed is not a failure of this call: it sends once more on a
+-- new connection.
+function Server:call(...)
+    local r, err, code, stale = command(self, ...)
+    if r == nil and stale then r, err, code = command(self, ...) end
+    return r, err, code
+end
+
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
+function Server:eval(name, nkeys, ...)
+    local script = check_script(name, nkeys, select("#", ...))
+    local r, err, code, stale = eval(self, script, name, nkeys, ...)
+    if r == nil and stale then r, err, code = eval(self, script, name, nkeys, ...) end
+    return r, err, code
+end
+
+-- One server's part of a fan-out, in its own light thread.
+local function fan_one(server, tmo, script, nkeys, ...)
+    if server.closed then return closed() end
+    return attempt(server, nil, encode("EVALSHA", script.sha, nkeys, ...), tmo, script, nkeys, ...)
+end
+
+--- Redlock's fan-out (core.fanout_eval's contract, see csrc/fanout.c) for
+-- servers of this transport: conns are their server.conn. Where the phase
+-- may yield, one light thread per server (ngx.thread.spawn), so the call
+-- costs the slowest answer, each limited to timeout ms (twice that on a
+-- new connection); elsewhere core.fanout_eval over their blocking
+-- connections. Returns values, errs, codes, flags ("timeout", "stale").
+function _M.fanout_eval(conns, timeout, name, nkeys, ...)
+    local n = #conns
+    local script = check_script(name, nkeys, select("#", ...))
+    if not yieldable() then
+        local blocking_conns = {}
+        for i = 1, n do blocking_conns[i] = fallback(conns[i].server).conn end
+        return core_fanout_eval(blocking_conns, timeout, name, nkeys, ...)
+    end
+    local threads, vals, errs, codes, flags = {}, {}, {}, {}, {}
+    for i = 1, n do
+        threads[i] = ngx.thread.spawn(fan_one, conns[i].server, timeout, script, nkeys, ...)
+    end
+    for i = 1, n do
+        local ok, v, err, code, stale, timed_out = ngx.thread.wait(threads[i])
+        if not ok then -- the thread raised: v is the error
+            errs[i], codes[i] = format("connection: %s: %s", conns[i].server.name, tostring(v)), "connection"
+        elseif v ~= nil then
+            vals[i] = v
+        else
+            errs[i], codes[i] = err, code
+            flags[i] = (timed_out and "timeout") or (stale and "stale") or nil
+        end
+    end
+    return vals, errs, codes, flags
+end
+
+--- Renews `lock` from nginx timers: a token-checked extend every `every`
+-- ms (default a third of the lock's ttl), until the lock is released or
+-- lost, or `max_hold` ms (default 60000) have passed since renewal began;
+-- after that the lock expires on its own. Timers may always yield, so the
+-- extends go over cosockets, each on a pooled connection of its own, even
+-- for a lock taken where nginx had none. A chain of ngx.timer.at rather
+-- than ngx.timer.every, which cannot be stopped: each renewal ends with its
+-- lock, and holds one pending timer meanwhile (lua_max_pending_timers).
+-- A failed extend that is not "not owner" (Redis slow or away) is tried
+-- again at the next tick while the lock may still be valid.
+-- @tparam table lock a redlock lock
+-- @tparam[opt] table opts every, max_hold (ms), on_lost(lock) (called in the
+--   timer when an extend finds the lock gone)
+-- @treturn table|nil a handle (stop(), and fields active, lost, err), or
+--   nil, message when nginx refused the timer
+function _M.renew(lock, opts)
+    opts = opts or {}
+    local every = opts.every or max(1, floor(lock.ttl / 3))
+    local deadline = now() + (opts.max_hold or 60000)
+    local handle = { active = true }
+    function handle.stop() handle.active = false end
+    local tick
+    local function again()
+        local ok, err = ngx.timer.at(every / 1000, tick)
+        if not ok then
+            handle.active, handle.err = false, "renewal: could not start a timer: " .. tostring(err)
+        end
+        return ok, err
+    end
+    tick = function(premature)
+        if premature or not handle.active or lock.released or now() >= deadline then
+            handle.active = false
+            return
+        end
+        local ok, err, code = lock:extend()
+        if not ok and (code == "not owner" or code == "closed") then
+            handle.active = false
+            -- a release that ran while this extend waited is no loss
+            if code == "not owner" and not lock.released then
+                handle.lost, handle.err = true, err
+                if opts.on_lost then pcall(opts.on_lost, lock) end
+            end
+            return
+        end
+        if not ok then handle.err = err end
+        again()
+    end
+    local ok, err = again()
+    if not ok then return nil, handle.err or tostring(err) end
+    return handle
+end
+
+--- Closes the blocking connection; pooled cosockets are nginx's and close
+-- when idle for keepalive_timeout.
+function Server:close()
+    self.closed = true
+    if self.fallback then self.fallback:close() end
+end
+
+return _M

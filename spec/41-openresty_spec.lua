@@ -1,0 +1,235 @@
+-- Real nginx with the Lua module (Debian's nginx + libnginx-mod-http-lua),
+-- running examples/openresty: locks over cosockets that do not block the
+-- worker, and the blocking path where nginx has no cosockets. Needs the core
+-- built for LuaJIT (`make build-jit`; `make test` does it).
+local helper = require "helper"
+local core = require "redlock.core"
+local nginx = require "openresty.nginx"
+
+local missing = nginx.missing()
+local JIT_CORE = "build/jit/redlock/core.so"
+
+-- The test's own lines in the example's nginx.conf (its markers).
+local LUA_PATH = "@REPO@/spec/openresty/?.lua;"
+local HTTP = [[init_worker_by_lua_block { require("probe").init_worker() }]]
+local SERVER = [[
+        location = /probe { content_by_lua_block { require("probe").report() } }
+        location = /hold { content_by_lua_block { require("probe").hold() } }
+        location = /incr_legacy { content_by_lua_block { require("probe").incr_legacy() } }
+        location = /incr_redlock { content_by_lua_block { require("probe").incr_redlock() } }
+        location = /watch { content_by_lua_block { require("probe").watch() } }
+        location = /auth { content_by_lua_block { require("probe").auth() } }
+        location = /renew { content_by_lua_block { require("probe").renew() } }
+        location = /renewing { content_by_lua_block { require("probe").renewing() } }]]
+local function start(redis, workers, redlock_ports)
+    local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
+    return nginx.start { workers = workers, redis = redis, http = HTTP, server = SERVER, init = init,
+        lua_path = LUA_PATH }
+end
+
+local function lines(body)
+    local t = {}
+    for k, v in (body or ""):gmatch("([%w_]+)=([^\n]*)") do t[k] = v end
+    return t
+end
+
+describe("OpenResty (nginx + Lua module)", function()
+    if missing then
+        pending("skipped: " .. missing)
+        return
+    end
+
+    local redis, data, ngx_server, redlock_ports
+    setup(function()
+        assert(io.open(JIT_CORE), JIT_CORE .. " is missing: run `make build-jit`"):close()
+        redis = helper.start_server()
+        data = core.conn(redis:spec())
+        redlock_ports = { redis.port, helper.start_server().port, helper.start_server().port }
+    end)
+    teardown(function()
+        if ngx_server then ngx_server:stop() end
+        if data then data:close() end
+        helper.stop_all()
+    end)
+
+    describe("4 workers", function()
+        setup(function() ngx_server = start(redis, 4, redlock_ports) end)
+        teardown(function()
+            ngx_server:stop()
+            ngx_server = nil
+        end)
+
+        -- n requests to path?key=KEY, 16 at a time: each must answer a
+        -- different value, 1..n, and the counter must end at n
+        local function increments(path, n)
+            local key = helper.key("counter")
+            local dir = helper.fresh_dir("curl")
+            local url = ngx_server:url(path .. "?key=" .. key .. "&i=[1-" .. n .. "]")
+            local out = nginx.read_cmd(string.format("curl -s --no-progress-meter "
+                .. "--parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
+                helper.quote(dir .. "/r#1"), helper.quote(url)))
+            local codes = {}
+            for code in out:gmatch("%d+") do codes[#codes + 1] = code end
+            assert.equal(n, #codes)
+            local seen = {}
+            for i = 1, n do
+                assert.equal("200", codes[i], nginx.read(dir .. "/r" .. i))
+                local v = tonumber(nginx.read(dir .. "/r" .. i))
+                assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
+                seen[v] = true
+            end
+            for v = 1, n do assert.is_true(seen[v], "no request answered " .. v) end
+            assert.equal(tostring(n), data:command("GET", key))
+            assert.equal(0, data:command("EXISTS", "lock:" .. key))
+            assert.same({}, ngx_server:errors())
+        end
+
+        it("200 concurrent increments under the lock lose no update", function()
+            increments("/incr", 200)
+        end)
+
+        it("legacy mode (WATCH/MULTI/EXEC over cosockets): 100 concurrent increments lose no update", function()
+            increments("/incr_legacy", 100)
+            local t = lines((ngx_server:get("/probe")))
+            assert.equal("legacy", t.legacy_mode)
+        end)
+
+        it("Redlock over 3 servers (fan-out in light threads): 100 concurrent increments lose no update", function()
+            increments("/incr_redlock", 100)
+        end)
+
+        it("uses hiredis where nginx has no cosockets (init, init_worker) and cosockets in timers and requests",
+            function()
+                ngx_server:get("/incr?key=" .. helper.key())
+                local body, code = ngx_server:get("/probe")
+                assert.equal(200, code, body)
+                local t = lines(body)
+                assert.equal("ok", t.init, body)                 -- master, init_by_lua: hiredis
+                assert.equal("true", t.init_connected, body)
+                assert.equal("cosocket", t.init_transport, body)
+                assert.equal("ok", t.init_worker, body)          -- worker, init_worker_by_lua: hiredis
+                assert.equal("true", t.init_worker_own_conn, body) -- not the master's socket
+                assert.equal("ok", t.init_worker_redlock, body)  -- Redlock's fan-out over poll()
+                assert.equal("timer", t.timer_phase, body)
+                assert.equal("ok", t.timer, body)
+                assert.equal("cosocket", t.content_transport, body)
+                assert.equal("false", t.content_blocking_connected, body) -- never used hiredis
+            end)
+
+        it("keeps WATCH..EXEC on one connection per caller, and survives SCRIPT FLUSH", function()
+            local key = helper.key("watch")
+            local body, code = ngx_server:get("/watch?key=" .. key)
+            assert.equal(200, code, body)
+            local t = lines(body)
+            -- GET of a missing key answers the null: it prints as a userdata
+            local function shown(s) return (tostring(s):gsub("userdata: [%w%(%)]+", "null")) end
+            assert.equal("OK null OK QUEUED {OK}", shown(t.a), body)
+            assert.equal("OK null OK QUEUED {OK}", shown(t.b), body)
+            assert.equal("va", data:command("GET", key .. ":a"))
+            assert.equal("vb", data:command("GET", key .. ":b"))
+            assert.equal("ok", t.noscript, body)
+        end)
+
+        it("runs AUTH and SELECT on new pooled connections, hides the password, reports refused connections",
+            function()
+            local locked = helper.start_server { password = "pw-for-nginx-test" }
+            local key = helper.key("auth")
+            local body = ngx_server:get(string.format("/auth?port=%d&password=pw-for-nginx-test&db=3&key=%s",
+                locked.port, key))
+            local t = lines(body)
+            assert.matches("^%x+$", t.token or "", body)
+            assert.equal(t.token, locked:cli("-n", "3", "GET", key))
+            body = ngx_server:get(string.format("/auth?port=%d&password=wrong-pw-xyz&db=3&key=%s",
+                locked.port, helper.key("auth")))
+            t = lines(body)
+            assert.equal("server", t.code, body)
+            assert.matches("^server: 127%.0%.0%.1:%d+: AUTH failed: WRONGPASS", t.err)
+            assert.is_nil(body:find("wrong-pw-xyz", 1, true))
+            locked:stop()
+            -- nothing listens there any more
+            body = ngx_server:get(string.format("/auth?port=%d&key=%s", locked.port, helper.key("auth")))
+            t = lines(body)
+            assert.equal("connection", t.code, body)
+            assert.matches("^connection: 127%.0%.0%.1:%d+: could not connect %(", t.err)
+        end)
+    end)
+
+    describe("1 worker", function()
+        setup(function() ngx_server = start(redis, 1, redlock_ports) end)
+        teardown(function()
+            ngx_server:stop()
+            ngx_server = nil
+        end)
+
+        it("serves other requests while one waits on a held lock", function()
+            local key = helper.key("held")
+            local holder = ngx_server:bg("/hold?key=" .. key .. "&ms=2500")
+            for _ = 1, 250 do
+                if data:command("EXISTS", "lock:" .. key) == 1 then break end
+                helper.sleep(20)
+            end
+            assert.equal(1, data:command("EXISTS", "lock:" .. key))
+            local waiter = ngx_server:bg("/incr?key=" .. key)
+            helper.sleep(200)
+            local body, code, took = ngx_server:get("/health", 10)
+            assert.equal(200, code)
+            assert.equal("ok", body)
+            -- the one worker answered at once although a request of its own
+            -- was waiting for the lock (a blocking wait would stall it until
+            -- the holder's 2.5 s are over, or until the waiter gave up)
+            assert.is_true(took < 1.0, "health took " .. took .. " s")
+            assert.is_false(holder.done())
+            assert.is_false(waiter.done())
+            body, code = holder.wait()
+            assert.equal(200, code, body)
+            assert.equal("released", body)
+            body, code = waiter.wait()
+            assert.equal(200, code, body)
+            assert.equal("1", body)
+            assert.same({}, ngx_server:errors())
+        end)
+
+        local function wait_for_key(key)
+            for _ = 1, 250 do
+                if data:command("EXISTS", key) == 1 then return true end
+                helper.sleep(20)
+            end
+            return false
+        end
+
+        it("renews from nginx timers: a 500 ms lock outlives 1.6 s of work, then renewal stops", function()
+            local key = helper.key("renew")
+            local req = ngx_server:bg("/renew?key=" .. key .. "&ttl=500&ms=1600")
+            assert.is_true(wait_for_key(key))
+            local token = data:command("GET", key)
+            helper.sleep(1200)
+            -- without renewal the key would have expired 700 ms ago
+            assert.equal(token, data:command("GET", key))
+            assert.is_true(data:command("PTTL", key) > 0)
+            local body, code = req.wait()
+            assert.equal(200, code, body)
+            local t = lines(body)
+            assert.equal("ok", t.release, body)
+            assert.equal("no", t.on_lost, body)
+            assert.equal(0, data:command("EXISTS", key))
+            helper.sleep(400) -- longer than a renewal period
+            assert.equal("active=false", (ngx_server:get("/renewing")))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("a renewed lock deleted by hand is lost: on_lost runs, release says 'not owner'", function()
+            local key = helper.key("renew")
+            local req = ngx_server:bg("/renew?key=" .. key .. "&ttl=600&ms=1000")
+            assert.is_true(wait_for_key(key))
+            data:command("DEL", key)
+            local body, code = req.wait()
+            assert.equal(200, code, body)
+            local t = lines(body)
+            assert.equal("0", t.remaining, body)
+            assert.matches("^not owner", t.release, body)
+            assert.equal("yes", t.on_lost, body)
+            assert.equal("true", t.handle_lost, body)
+            assert.equal("active=false", (ngx_server:get("/renewing")))
+        end)
+    end)
+end)

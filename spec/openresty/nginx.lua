@@ -1,0 +1,193 @@
+--- Test driver: renders examples/openresty/nginx.conf into a directory of
+-- its own, starts Debian's nginx with the Lua module on a free port, stops
+-- it. spec/run.sh runs the directory's `stop` file if the suite dies first.
+local helper = require "helper"
+
+local _M = {}
+
+local MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
+-- Nothing this driver runs (nginx, curl, ps: ps hangs with ASan loaded)
+-- runs under the sanitizer runtimes that make test-sanitize preloads into
+-- the Lua processes.
+local NO_PRELOAD = "unset LD_PRELOAD; "
+
+local function read_cmd(cmd) return helper.read_cmd(NO_PRELOAD .. cmd) end
+_M.read_cmd = read_cmd
+
+--- Why nginx with the Lua module cannot run here, or nil when it can.
+function _M.missing()
+    if not read_cmd("command -v nginx"):find("nginx") then return "nginx is not installed" end
+    local f = io.open(MODULE)
+    if not f then return "libnginx-mod-http-lua is not installed" end
+    f:close()
+    if not read_cmd("command -v curl"):find("curl") then return "curl is not installed" end
+end
+
+local function read(path)
+    local f = io.open(path)
+    if not f then return nil end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+_M.read = read
+
+local function sh(cmd)
+    local ok = os.execute(NO_PRELOAD .. cmd)
+    return ok == true or ok == 0
+end
+
+local Nginx = {}
+Nginx.__index = Nginx
+
+-- A free-looking port from the OS random source (math.random's sequence
+-- would be the same in every suite running at once).
+local function random_port()
+    local f = assert(io.open("/dev/urandom", "rb"))
+    local a, b = f:read(2):byte(1, 2)
+    f:close()
+    return 20000 + (a * 256 + b) % 40000
+end
+
+-- Whether any process of the group is alive (zombies do not count: PID 1
+-- here does not reap them).
+local function group_alive(pgid)
+    return sh(string.format("ps -e -o pgid=,stat= | awk '$1 == %d && $2 !~ /^Z/ { f = 1 } END { exit !f }'",
+        pgid))
+end
+
+local function render(self, template, vars)
+    local function fill(text)
+        return (text:gsub("@(%u[%u_]*)@", function(name)
+            local v = vars[name]
+            if v == nil then return nil end
+            return tostring(v)
+        end))
+    end
+    -- A marker is a comment ("# @HTTP@", "-- @INIT@"): the whole comment
+    -- becomes the text. Twice: the markers' text may hold @REPO@ too.
+    local conf = template:gsub("# @(%u+)@", "@%1@"):gsub("%-%- @(%u+)@", "@%1@")
+    conf = fill(fill(conf))
+    if vars.LUA_PATH then
+        conf = conf:gsub('lua_package_path "', 'lua_package_path "' .. fill(vars.LUA_PATH):gsub("%%", "%%%%"), 1)
+    end
+    local f = assert(io.open(self.dir .. "/nginx.conf", "w"))
+    f:write(conf)
+    f:close()
+end
+
+local function nginx_cmd(self, extra)
+    return string.format("nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
+        self.dir, extra)
+end
+
+--- Starts nginx. opts: workers, redis (a helper server), http, server,
+-- init (text for the template's @HTTP@, @SERVER@ and @INIT@ markers),
+-- lua_path (put before the template's lua_package_path).
+function _M.start(opts)
+    local repo = read_cmd("pwd"):gsub("%s+$", "")
+    local template = assert(read(repo .. "/examples/openresty/nginx.conf"))
+    local self = setmetatable({ dir = helper.fresh_dir("nginx") }, Nginx)
+    for _ = 1, 10 do
+        self.port = random_port()
+        render(self, template, {
+            PREFIX = self.dir, REPO = repo, PORT = self.port, WORKERS = opts.workers or 1,
+            REDIS_HOST = "127.0.0.1", REDIS_PORT = opts.redis.port,
+            USER = read_cmd("id -u"):match("^0%s") and "user root;" or "",
+            HTTP = opts.http or "", SERVER = opts.server or "", INIT = opts.init or "",
+            LUA_PATH = opts.lua_path,
+        })
+        -- daemon: the master calls setsid, so its pid is the group of all
+        if sh(nginx_cmd(self, "-g 'daemon on;' >>" .. self.dir .. "/start.log 2>&1")) then
+            for _ = 1, 100 do
+                self.pid = (read(self.dir .. "/nginx.pid") or ""):match("%d+")
+                if self.pid then break end
+                helper.sleep(20)
+            end
+            if self.pid then
+                local f = assert(io.open(self.dir .. "/stop", "w"))
+                f:write("kill -KILL -- -", self.pid, " 2>/dev/null\n")
+                f:close()
+                if self:wait_ready() then return self end
+            end
+        end
+        self:stop()
+        if not (read(self.dir .. "/error.log") or ""):find("Address already in use") then break end
+    end
+    error("nginx did not start:\n" .. (read(self.dir .. "/start.log") or "") ..
+        (read(self.dir .. "/error.log") or ""))
+end
+
+function Nginx:url(path) return string.format("http://127.0.0.1:%d%s", self.port, path) end
+
+-- curl's output with -w '\n%{http_code} %{time_total}': body (one final
+-- newline cut, as ngx.say adds it), HTTP code, seconds taken.
+local function parse(out)
+    local body, code, took = out:match("^(.-)\n(%d+) ([%d.]+)$")
+    if not body then return out, nil, nil end
+    return (body:gsub("\n$", "")), tonumber(code), tonumber(took)
+end
+
+--- curl in the foreground: body, HTTP code, seconds taken.
+function Nginx:get(path, max_time)
+    local out = read_cmd(string.format(
+        "curl -s --max-time %d -w '\\n%%{http_code} %%{time_total}' %s", max_time or 20,
+        helper.quote(self:url(path))))
+    return parse(out)
+end
+
+function Nginx:wait_ready()
+    for _ = 1, 100 do
+        local _, code = self:get("/health", 2)
+        if code == 200 then return true end
+        helper.sleep(50)
+    end
+    return false
+end
+
+--- curl in the background; returns a handle with done() and wait().
+function Nginx:bg(path)
+    local dir = helper.fresh_dir("curl")
+    sh(string.format("sh -c %s &", helper.quote(string.format(
+        "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
+        helper.quote(self:url(path)), dir, dir))))
+    local h = {}
+    function h.done() return read(dir .. "/status") ~= nil end
+    function h.wait()
+        for _ = 1, 1500 do
+            if h.done() then
+                return parse(read(dir .. "/out"))
+            end
+            helper.sleep(20)
+        end
+        return nil, "curl did not finish"
+    end
+    return h
+end
+
+--- The error log's lines of level error and worse (a crash in Lua shows there).
+function Nginx:errors()
+    local out = {}
+    for line in (read(self.dir .. "/error.log") or ""):gmatch("[^\n]+") do
+        if line:find("%[error%]") or line:find("%[crit%]") or line:find("%[alert%]")
+            or line:find("%[emerg%]") then
+            out[#out + 1] = line
+        end
+    end
+    return out
+end
+
+--- Stops nginx gracefully, then kills whatever of its group is left.
+function Nginx:stop()
+    if not self.pid then return end
+    sh("kill -QUIT " .. self.pid .. " 2>/dev/null")
+    for _ = 1, 150 do
+        if not group_alive(self.pid) then break end
+        helper.sleep(20)
+    end
+    sh("kill -KILL -- -" .. self.pid .. " 2>/dev/null")
+    os.remove(self.dir .. "/stop")
+    self.pid = nil
+end
+
+return _M

@@ -1,0 +1,162 @@
+--- Test-only handlers that spec/41-openresty_spec.lua loads into nginx
+-- beside examples/openresty: what each phase did, and locations that hold
+-- a lock, run a WATCH/MULTI/EXEC sequence, or lock with AUTH and SELECT.
+-- Answers are "name=value" lines.
+local redlock = require "redlock"
+local cosocket = require "redlock.cosocket"
+local counter = require "counter"
+
+local ngx = ngx
+local tostring, tonumber, pairs, sort, concat = tostring, tonumber, pairs, table.sort, table.concat
+
+local _M = {}
+local results = {}
+
+local function outcome(lock, err)
+    if not lock then return tostring(err) end
+    local ok, rerr = lock:release()
+    return ok and "ok" or tostring(rerr)
+end
+
+--- init_by_lua (the master): a lock over hiredis' blocking socket, which
+-- leaves that socket open when the workers fork. redlock_ports: three Redis
+-- servers for a Redlock client.
+function _M.init(redlock_ports)
+    local r = counter.redis
+    _M.client = redlock.new { servers = { { host = r.host, port = r.port } } }
+    local server = _M.client.servers[1]
+    results.init = outcome(_M.client:try_acquire("probe:init"))
+    results.init_transport = server.transport
+    results.init_connected = tostring(server.fallback.conn:connected())
+    _M.master_conn = server.fallback.conn
+    -- the WATCH/MULTI recipe, forced (a normal server would pick scripts)
+    _M.legacy = redlock.new { servers = { { host = r.host, port = r.port } }, mode = "legacy",
+        ttl = 5000, wait = 30000, retry_delay = 5, retry_jitter = 5 }
+    local servers = {}
+    for i, port in ipairs(redlock_ports) do servers[i] = { host = r.host, port = port } end
+    _M.redlock = redlock.new { servers = servers, ttl = 5000, wait = 30000, retry_delay = 5, retry_jitter = 5 }
+end
+
+--- init_worker_by_lua: no cosockets here either, so hiredis again, on a
+-- connection of this worker's own; then a timer, where cosockets work.
+function _M.init_worker()
+    local pid = ngx.worker.pid()
+    local server = _M.client.servers[1]
+    results.init_worker = outcome(_M.client:try_acquire("probe:init_worker:" .. pid))
+    results.init_worker_own_conn = tostring(server.fallback.conn ~= _M.master_conn)
+    -- Redlock's fan-out, here over poll() and hiredis
+    results.init_worker_redlock = outcome(_M.redlock:try_acquire("probe:init_worker_redlock:" .. pid))
+    ngx.timer.at(0, function(premature)
+        if premature then return end
+        results.timer_phase = ngx.get_phase()
+        results.timer = outcome(counter.client:acquire("probe:timer:" .. pid))
+    end)
+end
+
+local function say_sorted(t)
+    local keys = {}
+    for k in pairs(t) do keys[#keys + 1] = k end
+    sort(keys)
+    for _, k in ipairs(keys) do ngx.say(k, "=", t[k]) end
+end
+
+--- GET /probe: what the phases of this worker did.
+function _M.report()
+    local server = counter.client.servers[1]
+    local t = { pid = ngx.worker.pid(), content_transport = server.transport,
+        -- the example client locks only in timers and requests: its hiredis
+        -- connection must never have been opened
+        content_blocking_connected = tostring(server.fallback.conn:connected()),
+        legacy_mode = tostring(_M.legacy:mode()) }
+    for k, v in pairs(results) do t[k] = v end
+    say_sorted(t)
+end
+
+--- GET /incr_legacy?key=K: the example's handler with the legacy client.
+function _M.incr_legacy() return counter.incr(_M.legacy) end
+
+--- GET /incr_redlock?key=K: the same with the Redlock client (3 servers).
+function _M.incr_redlock() return counter.incr(_M.redlock) end
+
+--- GET /hold?key=K&ms=N: holds lock:K for N ms (ngx.sleep), then releases.
+function _M.hold()
+    local lock, err = counter.client:acquire("lock:" .. ngx.var.arg_key)
+    if not lock then
+        ngx.status = 503
+        return ngx.say(err)
+    end
+    ngx.sleep(tonumber(ngx.var.arg_ms) / 1000)
+    local ok, rerr = lock:release()
+    ngx.say(ok and "released" or rerr)
+end
+
+-- WATCH, GET, MULTI, SET, EXEC on one server, with sleeps between, as
+-- legacy mode runs them: every step must reach the same connection.
+local function transaction(server, key, value)
+    local steps = { { "WATCH", key }, { "GET", key }, { "MULTI" }, { "SET", key, value }, { "EXEC" } }
+    local replies = {}
+    for i, step in ipairs(steps) do
+        local r, err = server:call(unpack(step))
+        if r == nil then return "step " .. i .. ": " .. tostring(err) end
+        replies[i] = type(r) == "table" and ("{" .. concat(r, ",") .. "}") or tostring(r)
+        ngx.sleep(0.01)
+    end
+    return concat(replies, " ")
+end
+
+--- GET /watch?key=K: two transactions at once (two light threads), and
+-- the NOSCRIPT path: SCRIPT FLUSH, then a lock.
+function _M.watch()
+    local server = counter.client.servers[1]
+    local key = ngx.var.arg_key
+    local a = ngx.thread.spawn(transaction, server, key .. ":a", "va")
+    local b = ngx.thread.spawn(transaction, server, key .. ":b", "vb")
+    local _, ra = ngx.thread.wait(a)
+    local _, rb = ngx.thread.wait(b)
+    ngx.say("a=", ra)
+    ngx.say("b=", rb)
+    server:call("SCRIPT", "FLUSH")
+    ngx.say("noscript=", outcome(counter.client:try_acquire(key .. ":lock")))
+end
+
+--- GET /auth?port=P&password=W&db=N&key=K: a client made in the request,
+-- with AUTH and SELECT; holds lock K (60 s) and answers its token.
+function _M.auth()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
+        password = args.password, db = tonumber(args.db) } } }
+    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+    if lock then
+        ngx.say("token=", lock.token)
+    else
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+end
+
+--- GET /renew?key=K&ttl=T&ms=N: takes lock K with ttl T, renews it from
+-- nginx timers while sleeping N ms, then says what it still had.
+function _M.renew()
+    local args = ngx.req.get_uri_args()
+    local lock, err = counter.client:acquire(args.key, { ttl = tonumber(args.ttl) })
+    if not lock then
+        ngx.status = 503
+        return ngx.say(err)
+    end
+    local lost = "no"
+    local handle = assert(cosocket.renew(lock, { on_lost = function() lost = "yes" end }))
+    _M.last_renewal = handle
+    ngx.sleep(tonumber(args.ms) / 1000)
+    ngx.say("remaining=", lock:remaining())
+    local ok, rerr = lock:release()
+    ngx.say("release=", ok and "ok" or rerr)
+    ngx.say("on_lost=", lost)
+    ngx.say("handle_lost=", tostring(handle.lost))
+end
+
+--- GET /renewing: whether the last renewal of this worker still runs.
+function _M.renewing()
+    ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))
+end
+
+return _M
