@@ -529,12 +529,7 @@ void redlock_conn_open(lua_State *L) {
         {"__tostring", conn_tostring},
         {NULL, NULL},
     };
-    if (luaL_newmetatable(L, REDLOCK_CONN_MT)) {
-        luaL_setfuncs(L, meta, 0);
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
+    redlock_newtype(L, REDLOCK_CONN_MT, meta, methods);
     lua_pushcfunction(L, conn_new);
     lua_setfield(L, -2, "conn");
 }

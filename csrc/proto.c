@@ -64,6 +64,17 @@ void redlock_argv_free(redlock_argv *a) {
     a->len = NULL;
 }
 
+void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
+                     const luaL_Reg *methods) {
+    if (luaL_newmetatable(L, name)) {
+        luaL_setfuncs(L, meta, 0);
+        lua_newtable(L); /* luaL_newlib needs an array, not a pointer */
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+}
+
 /* encode(arg, ...) -> RESP bytes of one command */
 static int proto_encode(lua_State *L) {
     int argc = redlock_check_argv(L, 1, lua_gettop(L)), len;
@@ -156,12 +167,7 @@ void redlock_proto_open(lua_State *L) {
         {"feed", reader_feed}, {"get", reader_get}, {"close", reader_gc}, {NULL, NULL}};
     static const luaL_Reg meta[] = {
         {"__gc", reader_gc}, {"__close", reader_gc}, {"__tostring", reader_tostring}, {NULL, NULL}};
-    if (luaL_newmetatable(L, READER_MT)) {
-        luaL_setfuncs(L, meta, 0);
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
+    redlock_newtype(L, READER_MT, meta, methods);
     lua_pushcfunction(L, proto_encode);
     lua_setfield(L, -2, "encode");
     lua_pushcfunction(L, reader_new);

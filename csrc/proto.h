@@ -31,6 +31,11 @@ typedef struct {
 int redlock_argv_init(lua_State *L, int first, int argc, int prefix, redlock_argv *a);
 void redlock_argv_free(redlock_argv *a);
 
+/* Creates the metatable `name` once (luaL_newmetatable), with the
+ * metamethods in meta and the methods in methods as its __index. */
+void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
+                     const luaL_Reg *methods);
+
 /* Adds encode() and reader() to the table on top of the stack. */
 void redlock_proto_open(lua_State *L);
 

@@ -31,6 +31,7 @@
  * and __gc shut the thread's sockets down (through dup'ed descriptors that
  * only the mutex holder closes) so that the join never waits for a reply. */
 #define _GNU_SOURCE
+#include "proto.h"
 #include "renew.h"
 
 #include <errno.h>
@@ -419,6 +420,19 @@ static renewer *renewer_alloc(int n) {
     return r;
 }
 
+/* Stops and unlinks every lock entry (the caller holds r->mu, or is the
+ * only thread left). */
+static void drop_entries(renewer *r) {
+    entry *e, *next;
+    for (e = r->list; e != NULL; e = next) {
+        next = e->next;
+        stop_entry(r, e);
+        e->in_list = 0;
+        entry_unref(e);
+    }
+    r->list = NULL;
+}
+
 static void renewer_free(renewer *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -430,7 +444,6 @@ static void renewer_free(renewer *r) {
 /* Stops and joins the thread, frees its connections, stops every entry.
  * Idempotent. */
 static void renewer_shutdown(renewer *r) {
-    entry *e, *next;
     int i, started;
     pthread_mutex_lock(&r->mu);
     if (r->closed) {
@@ -457,13 +470,7 @@ static void renewer_shutdown(renewer *r) {
             close(r->dupfd[i]);
         r->dupfd[i] = -1;
     }
-    for (e = r->list; e != NULL; e = next) {
-        next = e->next;
-        stop_entry(r, e);
-        e->in_list = 0;
-        entry_unref(e);
-    }
-    r->list = NULL;
+    drop_entries(r);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -483,7 +490,6 @@ static void renewer_unref(renewer *r) {
  * the parent (it must not join a thread it does not have). Runs before
  * every use of the renewer from Lua; only the main thread writes pid. */
 static void after_fork(renewer *r) {
-    entry *e, *next;
     int i;
     if (r->pid == 0 || r->pid == getpid())
         return;
@@ -501,13 +507,7 @@ static void after_fork(renewer *r) {
             close(r->dupfd[i]);
         r->dupfd[i] = -1;
     }
-    for (e = r->list; e != NULL; e = next) {
-        next = e->next;
-        stop_entry(r, e);
-        e->in_list = 0;
-        entry_unref(e);
-    }
-    r->list = NULL;
+    drop_entries(r);
 }
 
 /* --- Lua: renewer -------------------------------------------------------- */
@@ -863,18 +863,8 @@ void redlock_renew_open(lua_State *L) {
     };
     /* fills the SHA-1 names before any thread reads them */
     extend_script = redlock_script_find("extend");
-    if (luaL_newmetatable(L, REDLOCK_RENEWER_MT)) {
-        luaL_setfuncs(L, renewer_meta, 0);
-        luaL_newlib(L, renewer_methods);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
-    if (luaL_newmetatable(L, REDLOCK_RENEWAL_MT)) {
-        luaL_setfuncs(L, renewal_meta, 0);
-        luaL_newlib(L, renewal_methods);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
+    redlock_newtype(L, REDLOCK_RENEWER_MT, renewer_meta, renewer_methods);
+    redlock_newtype(L, REDLOCK_RENEWAL_MT, renewal_meta, renewal_methods);
     lua_pushcfunction(L, renewer_new);
     lua_setfield(L, -2, "renewer");
     lua_pushcfunction(L, core_renew_threads);
