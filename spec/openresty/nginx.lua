@@ -90,6 +90,8 @@ function _M.start(opts)
     local self = setmetatable({ dir = helper.fresh_dir("nginx") }, Nginx)
     for _ = 1, 10 do
         self.port = random_port()
+        -- a try that found its port taken leaves its complaint there
+        os.remove(self.dir .. "/error.log")
         render(self, template, {
             PREFIX = self.dir, REPO = repo, PORT = self.port, WORKERS = opts.workers or 1,
             REDIS_HOST = "127.0.0.1", REDIS_PORT = opts.redis.port,
