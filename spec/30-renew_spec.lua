@@ -18,16 +18,8 @@ end
 describe("renewal", function()
     local server, client, data
 
-    setup(function()
-        server = helper.start_server()
-        client = redlock.new { servers = { server:url() }, retry_delay = 10, retry_jitter = 5 }
-        data = core.conn(server:spec())
-    end)
-    teardown(function()
-        client:close()
-        data:close()
-        helper.stop_all()
-    end)
+    setup(function() server, client, data = helper.single_server() end)
+    teardown(function() helper.close_all(client, data) end)
 
     it("keeps a with_lock (ttl 500) around a 1.6 s fn: another process cannot take it at 1.2 s; "
         .. "afterwards the key is gone and no renewal runs", function()

@@ -6,16 +6,8 @@ local core = require "redlock.core"
 describe("re-entrant locks", function()
     local server, client, data
 
-    setup(function()
-        server = helper.start_server()
-        client = redlock.new { servers = { server:url() }, retry_delay = 10, retry_jitter = 5 }
-        data = core.conn(server:spec())
-    end)
-    teardown(function()
-        client:close()
-        data:close()
-        helper.stop_all()
-    end)
+    setup(function() server, client, data = helper.single_server() end)
+    teardown(function() helper.close_all(client, data) end)
 
     local R = { reentrant = true }
 

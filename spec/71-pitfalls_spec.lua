@@ -2,20 +2,11 @@
 -- shipped in some lock library.
 local helper = require "helper"
 local redlock = require "redlock"
-local core = require "redlock.core"
 
 describe("pitfalls", function()
     local server, client, data
-    setup(function()
-        server = helper.start_server()
-        client = redlock.new { servers = { server:url() }, retry_delay = 10, retry_jitter = 0 }
-        data = core.conn(server:spec())
-    end)
-    teardown(function()
-        client:close()
-        data:close()
-        helper.stop_all()
-    end)
+    setup(function() server, client, data = helper.single_server({ retry_jitter = 0 }) end)
+    teardown(function() helper.close_all(client, data) end)
 
     it("release after expiry must not touch the next holder's key", function()
         local key = helper.key()

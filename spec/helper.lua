@@ -255,6 +255,23 @@ function _M.spawn(script, ...)
     return w
 end
 
+--- The usual single-server set-up of a spec: a fresh redis-server, a
+-- client on it (retry_delay 10 ms, retry_jitter 5 ms unless `opts` says
+-- otherwise) and a plain connection for looking at keys.
+function _M.single_server(opts)
+    local server = _M.start_server()
+    local client_opts = { servers = { server:url() }, retry_delay = 10, retry_jitter = 5 }
+    for k, v in pairs(opts or {}) do client_opts[k] = v end
+    return server, require("redlock").new(client_opts), require("redlock.core").conn(server:spec())
+end
+
+--- Closes what single_server made and stops every server.
+function _M.close_all(client, data)
+    client:close()
+    data:close()
+    _M.stop_all()
+end
+
 --- Makes a redlock module loaded fresh (so specs see the tree's code).
 function _M.redlock() return require "redlock" end
 
