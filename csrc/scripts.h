@@ -5,57 +5,79 @@
 #ifndef REDLOCK_SCRIPTS_H
 #define REDLOCK_SCRIPTS_H
 
-/* KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (optional) the "next"
- * mark (all with the lock key's hash tag); ARGV[1] token, ARGV[2] ttl in ms,
- * ARGV[3] (optional) ms to stay marked as next.
+/* KEYS[1] lock key, KEYS[2] fence counter, then for a caller that will wait
+ * for a release (notified waiting) KEYS[3] the "next" mark and KEYS[4] the
+ * waiters set (all with the lock key's hash tag); ARGV[1] token, ARGV[2]
+ * ttl in ms, ARGV[3] (a waiter) ms it may still wait, ARGV[4] (a waiter's
+ * later attempts) "1", or "2" when it has waited long and asks to be next.
  * Returns {1, fence} when we hold the lock, {0, pttl} when another holder
  * does (pttl -1: the key has no expiry, e.g. written by hand).
  * Our own token already there counts as held by us, with the ttl refreshed:
  * that makes a retry after a lost reply, or a Redlock retry that finds its
  * own leftover key, succeed instead of locking itself out; it is also how a
  * waiter claims a lock that a release handed over to it (see RELEASE).
- * With ARGV[3], a waiter that has waited long asks to be next: if nobody
- * else is marked, the mark holds its token, and the reply is {0, pttl, 1}
- * while the mark is its own. A claim of a hand-off clears the mark. */
+ * A refused waiter joins the waiters set in the same step, and the set lives
+ * at least as long as any member may wait: a release (even one that comes
+ * before the waiter blocks) knows to wake somebody, and without waiters
+ * does no wake-up work at all. A waiter leaves the set when it gets the
+ * lock (a set left empty is gone); one that gives up or dies stays until
+ * the set expires. With ARGV[4] "2", if nobody else is marked, the mark
+ * holds its token for ARGV[3] ms, and the reply is {0, pttl, 1} while the
+ * mark is its own. A claim of a hand-off, or a marked waiter's acquire of a
+ * free key, clears its mark. */
 #define REDLOCK_SCRIPT_ACQUIRE                                              \
     "local cur = redis.call('GET', KEYS[1])\n"                              \
     "if cur == ARGV[1] then\n"                                              \
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                           \
-    "  if KEYS[3] and redis.call('GET', KEYS[3]) == '=' .. ARGV[1] then\n"  \
-    "    redis.call('DEL', KEYS[3])\n"                                      \
+    "  if ARGV[4] then\n"                                                   \
+    "    redis.call('ZREM', KEYS[4], ARGV[1])\n"                            \
+    "    if redis.call('GET', KEYS[3]) == '=' .. ARGV[1] then\n"            \
+    "      redis.call('DEL', KEYS[3])\n"                                    \
+    "    end\n"                                                             \
     "  end\n"                                                               \
     "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"           \
     "end\n"                                                                 \
     "if cur then\n"                                                         \
     "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
     "  if ARGV[3] then\n"                                                   \
-    "    local nxt = redis.call('GET', KEYS[3])\n"                          \
-    "    if not nxt or nxt == ARGV[1] then\n"                               \
-    "      redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])\n"            \
-    "      return {0, pttl, 1}\n"                                           \
+    "    redis.call('ZADD', KEYS[4], 0, ARGV[1])\n"                         \
+    "    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then\n"         \
+    "      redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"                       \
+    "    end\n"                                                             \
+    "    if ARGV[4] == '2' then\n"                                          \
+    "      local nxt = redis.call('GET', KEYS[3])\n"                        \
+    "      if not nxt or nxt == ARGV[1] then\n"                             \
+    "        redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])\n"          \
+    "        return {0, pttl, 1}\n"                                         \
+    "      end\n"                                                           \
     "    end\n"                                                             \
     "  end\n"                                                               \
     "  return {0, pttl}\n"                                                  \
     "end\n"                                                                 \
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                  \
-    "if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then\n"           \
-    "  redis.call('DEL', KEYS[3])\n"                                        \
+    "if ARGV[4] then\n"                                                     \
+    "  redis.call('ZREM', KEYS[4], ARGV[1])\n"                              \
+    "  if redis.call('GET', KEYS[3]) == ARGV[1] then\n"                     \
+    "    redis.call('DEL', KEYS[3])\n"                                      \
+    "  end\n"                                                               \
     "end\n"                                                                 \
     "return {1, redis.call('INCR', KEYS[2])}\n"
 
 /* KEYS[1] lock key, then optionally KEYS[2] the wake-up list, KEYS[3] the
- * "next" mark, KEYS[4] the hand-off list, KEYS[5] the fence counter (same
- * hash tag); ARGV[1] token, ARGV[2] (with KEYS[3]) ms a hand-off reserves
- * the key. Compare-and-delete: 1 released, 0 the key is gone or holds
- * another token (we must not delete the next holder's).
- * A waiter marked next gets the key handed over: it holds the waiter's
- * token for ARGV[2] ms, the fence moves on, and the hand-off list gets one
- * element (only the marked waiter blocks on it); its claim (ACQUIRE, own
- * token) sets its ttl. Until that claim the mark reads "=token", which no
- * other waiter can take, so nobody else pops that element. A waiter that
- * died meanwhile costs those ms, once.
- * Otherwise the key is deleted. Either way the wake-up list is left with
- * exactly one element, which lives 1 s: Redis hands it to the
+ * "next" mark, KEYS[4] the hand-off list, KEYS[5] the fence counter, KEYS[6]
+ * the waiters set (same hash tag); ARGV[1] token, ARGV[2] (with KEYS[3]) ms
+ * a hand-off reserves the key. Compare-and-delete: 1 released, 0 the key is
+ * gone or holds another token (we must not delete the next holder's).
+ * Without a waiters set nobody waits (every refused waiter joins it, see
+ * ACQUIRE, and it outlives their waits): the key is just deleted.
+ * Otherwise a waiter marked next gets the key handed over: it holds the
+ * waiter's token for ARGV[2] ms, the fence moves on, and the hand-off list
+ * gets one element (only the marked waiter blocks on it); its claim
+ * (ACQUIRE, own token) sets its ttl. Until that claim the mark reads
+ * "=token", which no other waiter can take, so nobody else pops that
+ * element. A waiter that died meanwhile costs those ms, once.
+ * If none is marked the key is deleted. Either way the wake-up list is left
+ * with exactly one element, which lives 1 s: Redis hands it to the
  * longest-blocked BLPOP waiter (after a hand-off, that one tries, fails and
  * marks itself next, so every waiter gets its turn), or to the next waiter
  * to BLPOP within that second (a release between a waiter's failed attempt
@@ -63,7 +85,11 @@
  * Callers passing one key get neither (plain compare-and-delete). */
 #define REDLOCK_SCRIPT_RELEASE                                              \
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
-    "local nxt = KEYS[3] and redis.call('GET', KEYS[3])\n"                  \
+    "if not KEYS[6] or redis.call('EXISTS', KEYS[6]) == 0 then\n"           \
+    "  redis.call('DEL', KEYS[1])\n"                                        \
+    "  return 1\n"                                                          \
+    "end\n"                                                                 \
+    "local nxt = redis.call('GET', KEYS[3])\n"                              \
     "if nxt and string.sub(nxt, 1, 1) ~= '=' then\n"                        \
     "  redis.call('SET', KEYS[3], '=' .. nxt, 'PX', ARGV[2])\n"             \
     "  redis.call('SET', KEYS[1], nxt, 'PX', ARGV[2])\n"                    \
@@ -74,11 +100,9 @@
     "else\n"                                                                \
     "  redis.call('DEL', KEYS[1])\n"                                        \
     "end\n"                                                                 \
-    "if KEYS[2] then\n"                                                     \
-    "  redis.call('DEL', KEYS[2])\n"                                        \
-    "  redis.call('RPUSH', KEYS[2], '1')\n"                                 \
-    "  redis.call('PEXPIRE', KEYS[2], 1000)\n"                              \
-    "end\n"                                                                 \
+    "redis.call('DEL', KEYS[2])\n"                                          \
+    "redis.call('RPUSH', KEYS[2], '1')\n"                                   \
+    "redis.call('PEXPIRE', KEYS[2], 1000)\n"                                \
     "return 1\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.

@@ -21,8 +21,9 @@ local util = require "redlock.util"
 
 local now, new_token = core.now, core.token
 local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, util.unpack
+local ms_string = util.ms_string
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
-local format, floor, max = string.format, math.floor, math.max
+local format, floor, ceil, max = string.format, math.floor, math.ceil, math.max
 local dispatch = hold.dispatch
 local FAIR_AFTER = require("redlock.notify").FAIR_AFTER
 
@@ -108,6 +109,7 @@ local function new_lock(client, key, token, fence, ttl, t0)
         ttl = ttl,
         expires = expiry(client, t0, ttl),
         released = false,
+        holds = 1,
     }, Lock)
 end
 
@@ -124,16 +126,20 @@ local function acquire(client, key, o, wait, renew)
     end
     local strategy, ttl = client.strategy, o.ttl
     local wait_for = o.notify and strategy.wait
+    -- a notified waiter's refusals announce it to the releases, which then
+    -- wake it (ms it may wait at most; redlock.notify)
+    local waiting = wait_for and wait >= 1 and ms_string(ceil(wait)) or nil
     local token = new_token()
     local start = now()
     local deadline = start + wait
+    local t0, again, ms = start, nil, waiting
     while true do
-        local t0 = now()
-        -- a notified waiter that waited long asks to be handed the lock next
-        local claim = deadline - t0
-        if not (wait_for and t0 - start >= FAIR_AFTER and claim >= 1) then claim = nil end
-        local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl, claim)
-        if ok then return hold.taken(new_lock(client, key, token, v, ttl, t0), o, renew, t0) end
+        local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl, ms, again)
+        if ok then
+            local lock = new_lock(client, key, token, v, ttl, t0)
+            if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
+            return lock
+        end
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
         end
@@ -154,6 +160,15 @@ local function acquire(client, key, o, wait, renew)
             local delay = o.retry_delay + jitter(o.retry_jitter)
             client.transport.sleep(delay < bound and delay or bound)
         end
+        t0 = now()
+        if waiting then
+            -- a notified waiter tries again: once it has waited long it asks
+            -- to be handed the lock next, for as long as it may still wait
+            again, ms = "1", waiting
+            if t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
+                again, ms = "2", format("%d", ceil(deadline - t0))
+            end
+        end
     end
 end
 
@@ -168,9 +183,9 @@ end
 --   (timeout, locked when wait is 0, connection, server, closed, no quorum)
 function Client:acquire(key, opts)
     check_key("acquire", key)
-    local o = call_opts(self, "acquire", opts)
+    local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
     if self.closed then return closed() end
-    dispatch(self)
+    if self.renewer then dispatch(self) end
     return acquire(self, key, o, o.wait, o.renew == true)
 end
 
@@ -180,9 +195,9 @@ end
 -- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
 function Client:try_acquire(key, opts)
     check_key("try_acquire", key)
-    local o = call_opts(self, "try_acquire", opts)
+    local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
     if self.closed then return closed() end
-    dispatch(self)
+    if self.renewer then dispatch(self) end
     return acquire(self, key, o, 0, o.renew == true)
 end
 
@@ -210,9 +225,9 @@ function Client:with_lock(key, opts, fn)
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
             opts == nil and 2 or 3, type(fn)), 2)
     end
-    local o = call_opts(self, "with_lock", opts)
+    local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
     if self.closed then return closed() end
-    dispatch(self)
+    if self.renewer then dispatch(self) end
     local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
     local result = pack(pcall(fn, lock))
@@ -346,19 +361,20 @@ end
 function Lock:release()
     local client = self.client
     if client.closed then return closed() end
-    dispatch(client)
+    if client.renewer then dispatch(client) end
     if self.released then return not_owner(self, "this client", "already released") end
-    local lost = hold.renewal_lost(self)
+    -- (a lock without renewal, re-entrance or a known loss skips hold's work)
+    local lost = (self.renewal or self.lost_reason) and hold.renewal_lost(self)
     if self.holds > 1 then
         self.holds = self.holds - 1
         if lost then return not_owner(self, "this client", "lost: " .. lost) end
         return true
     end
-    hold.stop(self)
+    if self.renewal then hold.stop(self) end
     local ok, where, code = client.strategy.release(client, self.key, self.token)
     if ok then
         self.released = true
-        hold.forget(self)
+        if self.owner ~= nil then hold.forget(self) end
         if lost then return not_owner(self, where, "lost: " .. lost) end
         return true
     end

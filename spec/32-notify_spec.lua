@@ -135,7 +135,11 @@ describe("notified waiting", function()
     it("a hand-off to a waiter that died costs at most the short reservation", function()
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
+        -- what a waiter that marked itself and died leaves: its mark, and
+        -- its token in the waiters set every refused waiter joins
         data:command("SET", "{" .. key .. "}:next", "a-dead-waiter", "PX", 30000)
+        data:command("ZADD", "{" .. key .. "}:waiters", 0, "a-dead-waiter")
+        data:command("PEXPIRE", "{" .. key .. "}:waiters", 30000)
         assert.is_true(lock:release())
         assert.equal("a-dead-waiter", data:command("GET", key))
         local pttl = data:command("PTTL", key)
@@ -159,8 +163,39 @@ describe("notified waiting", function()
         assert.equal(0, data:command("EXISTS", key))
     end)
 
+    it("a waiter announces itself while it waits; a release with nobody waiting does no wake-up work",
+        function()
+        local key = helper.key()
+        local waiters = "{" .. key .. "}:waiters"
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        assert.is_true(lock:release())
+        -- nobody waited: the release only deleted the key
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:wake"))
+        assert.equal(0, data:command("EXISTS", waiters))
+        -- try_acquire never waits, so never announces itself
+        lock = assert(client:acquire(key, { ttl = 10000 }))
+        local other = redlock.new { servers = { server:url() } }
+        local _, _, code = other:try_acquire(key)
+        assert.equal("locked", code)
+        assert.equal(0, data:command("EXISTS", waiters))
+        -- a waiter's refused attempt sets the flag for as long as it may wait
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        local pttl = data:command("PTTL", waiters)
+        assert.is_true(pttl > 0 and pttl <= 8000, "waiters pttl " .. tostring(pttl))
+        assert.equal(1, data:command("ZCARD", waiters))
+        assert.is_true(lock:release())
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        -- it left the set when it got the lock: the set is gone
+        assert.equal(0, data:command("EXISTS", waiters))
+        other:close()
+    end)
+
     it("the wake-up list shares the key's hash tag and lives one second", function()
         local key = helper.key("{user:1}:job")
+        -- a waiter announced (what its refused attempt sets), not blocked now
+        data:command("ZADD", key .. ":waiters", 0, "some-waiter")
         local lock = assert(client:acquire(key))
         assert.is_true(lock:release())
         local wake = key .. ":wake"
@@ -172,6 +207,7 @@ describe("notified waiting", function()
         assert.equal(1, data:command("LLEN", wake)) -- never more than one
         assert.is_true(eventually(3000, function() return data:command("EXISTS", wake) == 0 end))
         local plain = helper.key()
+        data:command("ZADD", "{" .. plain .. "}:waiters", 0, "some-waiter")
         lock = assert(client:acquire(plain))
         assert.is_true(lock:release())
         assert.equal(1, data:command("LLEN", "{" .. plain .. "}:wake"))

@@ -2,6 +2,12 @@
 -- BLPOP on the lock's wake-up list, which the release script refills with
 -- one element. Internal.
 --
+-- Each refused attempt of a waiter adds its token to the lock's waiters set
+-- (in the same atomic step as the refusal; the set lives as long as any
+-- member may wait, and a waiter leaves it when it gets the lock), so a
+-- release wakes somebody only when somebody may be waiting: the uncontended
+-- release does no wake-up work.
+--
 -- Barging is bounded: a waiter that has waited FAIR_AFTER ms asks to be
 -- marked "next" (one at a time); the release then hands the key straight to
 -- its token, reserved for RESERVE_MS, and wakes it through a hand-off list
@@ -32,10 +38,11 @@ _M.FAIR_AFTER = 2
 _M.RESERVE_MS = 200
 
 --- The companion keys of a lock key, in its hash slot: the wake-up list,
--- the "next" mark and the hand-off list.
+-- the "next" mark, the hand-off list and the waiters set (see above).
 function _M.wake_key(key) return companion_key(key, ":wake") end
 function _M.next_key(key) return companion_key(key, ":next") end
 function _M.handoff_key(key) return companion_key(key, ":handoff") end
+function _M.waiters_key(key) return companion_key(key, ":waiters") end
 local wake_key, handoff_key = _M.wake_key, _M.handoff_key
 
 local function blpop(conn, key, ms, marked)

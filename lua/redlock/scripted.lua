@@ -4,10 +4,9 @@
 local util = require "redlock.util"
 local notify = require "redlock.notify"
 
-local companion_key, ms_string = util.companion_key, util.ms_string
-local wake_key, next_key, handoff_key = notify.wake_key, notify.next_key, notify.handoff_key
+local companion_key, companions, ms_string = util.companion_key, util.companions, util.ms_string
 local RESERVE = string.format("%d", notify.RESERVE_MS)
-local format, ceil = string.format, math.ceil
+local format = string.format
 
 local _M = { name = "script" }
 
@@ -18,15 +17,23 @@ local function unexpected(server, what, r)
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
 end
 
--- claim: ms the caller (a waiter that waited long) asks to be marked next
--- for; the mark is remembered on server for notify.wait.
-function _M.acquire(server, key, token, ttl, claim)
+-- waiting (a string of ms): the caller may wait that long for a release
+-- (notified waiting): a refusal then adds it to the waiters the releases
+-- wake. again: nil on its first attempt, "1" on later ones (it leaves the
+-- waiters when it gets the lock), "2" when it has waited long and asks to
+-- be marked next for `waiting` ms; the mark is remembered on server for
+-- notify.wait.
+function _M.acquire(server, key, token, ttl, waiting, again)
     local r, err, code
-    if claim then
-        r, err, code = server:eval("acquire", 3, key, fence_key(key), next_key(key), token,
-            ms_string(ttl), format("%d", ceil(claim)))
+    local c = companions(key)
+    if again then
+        r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
+            waiting, again)
+    elseif waiting then
+        r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
+            waiting)
     else
-        r, err, code = server:eval("acquire", 2, key, fence_key(key), token, ms_string(ttl))
+        r, err, code = server:eval("acquire", 2, key, c.fence, token, ms_string(ttl))
     end
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then return unexpected(server, "acquire", r) end
@@ -38,9 +45,10 @@ end
 
 function _M.release(server, key, token)
     -- the other keys let the script hand over to a waiter marked next, or
-    -- wake one waiter (redlock.notify)
-    local r, err, code = server:eval("release", 5, key, wake_key(key), next_key(key), handoff_key(key),
-        fence_key(key), token, RESERVE)
+    -- wake one waiter, when waiters announced themselves (redlock.notify)
+    local c = companions(key)
+    local r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
+        token, RESERVE)
     if r == nil then return nil, err, code end
     return r == 1
 end

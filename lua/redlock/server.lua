@@ -71,11 +71,14 @@ local function noted(server, ok, v, code)
     return ok, v, code
 end
 
+--- ok, v, code of an operation, with the mode in an error's message.
+Server.noted = noted
+
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
--- claim (optional): see redlock.scripted.
-function Server:acquire(key, token, ttl, claim)
-    return noted(self, self.ops.acquire(self, key, token, ttl, claim))
+-- waiting, again (optional): see redlock.scripted.
+function Server:acquire(key, token, ttl, waiting, again)
+    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again))
 end
 --- true | false (not ours any more) | nil, err, code
 function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end

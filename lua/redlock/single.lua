@@ -1,6 +1,6 @@
 --- The single-instance strategy: one server decides. Internal.
 -- A strategy answers for a whole client:
---   acquire(client, key, token, ttl [, claim])
+--   acquire(client, key, token, ttl [, waiting, again])
 --                                     -> true, fence
 --                                     | false, pttl, where  (another holder)
 --                                     | nil, err, code
@@ -11,19 +11,23 @@
 --                                     (optional: without it, acquire polls)
 local _M = { name = "single" }
 
--- claim: a waiter that waited long asks to be next (redlock.notify)
-function _M.acquire(client, key, token, ttl, claim)
+-- waiting, again: a notified waiter's (see redlock.scripted.acquire)
+function _M.acquire(client, key, token, ttl, waiting, again)
     local server = client.servers[1]
-    local ok, v, code = server:acquire(key, token, ttl, claim)
+    -- the server's operations called directly: this is the path every
+    -- uncontended lock takes (Server:acquire does the same)
+    local ok, v, code = server.ops.acquire(server, key, token, ttl, waiting, again)
+    if ok then return true, v end
     if ok == false then return false, v, server:where() end
-    return ok, v, code
+    return server:noted(ok, v, code)
 end
 
 function _M.release(client, key, token)
     local server = client.servers[1]
-    local ok, err, code = server:release(key, token)
+    local ok, err, code = server.ops.release(server, key, token)
+    if ok then return true end
     if ok == false then return false, server:where() end
-    return ok, err, code
+    return server:noted(ok, err, code)
 end
 
 function _M.extend(client, key, token, ttl)

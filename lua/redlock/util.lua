@@ -48,13 +48,35 @@ function _M.companion_key(key, suffix)
     return k
 end
 
-local last_ms, last_ms_string = nil, nil
+-- The companions of the last key asked for, all at once: acquire and
+-- release of one lock ask for several (see redlock.notify for their uses).
+local last_all_key, last_all = nil, nil
 
---- An integer number of ms as Redis reads it; the last one is kept, as a
--- client mostly uses one ttl.
+--- Every companion key of a lock key: fence, wake, next, handoff, waiters.
+function _M.companions(key)
+    if key ~= last_all_key then
+        local base = companion_base(key)
+        last_all_key, last_all = key, {
+            fence = base .. ":fence",
+            wake = base .. ":wake",
+            next = base .. ":next",
+            handoff = base .. ":handoff",
+            waiters = base .. ":waiters",
+        }
+    end
+    return last_all
+end
+
+-- The last two asked for: a client mostly uses one ttl and one wait.
+local ms_a, str_a, ms_b, str_b = nil, nil, nil, nil
+
+--- An integer number of ms as Redis reads it.
 function _M.ms_string(ms)
-    if ms ~= last_ms then last_ms, last_ms_string = ms, format("%d", ms) end
-    return last_ms_string
+    if ms == ms_a then return str_a end
+    if ms ~= ms_b then ms_b, str_b = ms, format("%d", ms) end
+    -- the one just used moves first, so the other one is replaced next
+    ms_a, str_a, ms_b, str_b = ms_b, str_b, ms_a, str_a
+    return str_a
 end
 
 --- pack/unpack that keep trailing nils, on every Lua version.
