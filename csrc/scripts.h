@@ -63,13 +63,17 @@
     "end\n"                                                                 \
     "return {1, redis.call('INCR', KEYS[2])}\n"
 
-/* KEYS[1] lock key, then optionally KEYS[2] the wake-up list, KEYS[3] the
- * "next" mark, KEYS[4] the hand-off list, KEYS[5] the fence counter, KEYS[6]
- * the waiters set (same hash tag); ARGV[1] token, ARGV[2] (with KEYS[3]) ms
- * a hand-off reserves the key. Compare-and-delete: 1 released, 0 the key is
- * gone or holds another token (we must not delete the next holder's).
+/* KEYS[1] lock key, then either KEYS[2] the waiters set, or KEYS[2] the
+ * wake-up list, KEYS[3] the "next" mark, KEYS[4] the hand-off list, KEYS[5]
+ * the fence counter, KEYS[6] the waiters set (all with the same hash tag);
+ * ARGV[1] token, ARGV[2] (with six keys) ms a hand-off reserves the key.
+ * Compare-and-delete: 1 released, 0 the key is gone or holds another token
+ * (we must not delete the next holder's).
  * Without a waiters set nobody waits (every refused waiter joins it, see
- * ACQUIRE, and it outlives their waits): the key is just deleted.
+ * ACQUIRE, and it outlives their waits): the key is just deleted. With two
+ * keys and waiters, nothing is done and the reply is 2: the caller then
+ * sends the six-key form, which wakes them. (Two keys keep the uncontended
+ * release as small as the plain one: every argument costs both sides.)
  * Otherwise a waiter marked next gets the key handed over: it holds the
  * waiter's token for ARGV[2] ms, the fence moves on, and the hand-off list
  * gets one element (only the marked waiter blocks on it); its claim
@@ -85,10 +89,12 @@
  * Callers passing one key get neither (plain compare-and-delete). */
 #define REDLOCK_SCRIPT_RELEASE                                              \
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
-    "if not KEYS[6] or redis.call('EXISTS', KEYS[6]) == 0 then\n"           \
+    "local waiters = KEYS[6] or KEYS[2]\n"                                  \
+    "if not waiters or redis.call('EXISTS', waiters) == 0 then\n"           \
     "  redis.call('DEL', KEYS[1])\n"                                        \
     "  return 1\n"                                                          \
     "end\n"                                                                 \
+    "if not KEYS[3] then return 2 end\n"                                    \
     "local nxt = redis.call('GET', KEYS[3])\n"                              \
     "if nxt and string.sub(nxt, 1, 1) ~= '=' then\n"                        \
     "  redis.call('SET', KEYS[3], '=' .. nxt, 'PX', ARGV[2])\n"             \

@@ -132,7 +132,10 @@ local function acquire(client, key, o, wait, renew)
     local token = new_token()
     local start = now()
     local deadline = start + wait
-    local t0, again, ms = start, nil, waiting
+    -- the first attempt is the plain one (the uncontended path); a
+    -- notified waiter refused by it asks again at once, joining the waiters
+    -- this time, before it blocks
+    local t0, again, ms = start, nil, nil
     while true do
         local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl, ms, again)
         if ok then
@@ -143,30 +146,37 @@ local function acquire(client, key, o, wait, renew)
         if ok == nil then
             return nil, format("%s (acquiring %s)", v, show_key(key)), where
         end
+        if wait == 0 then
+            -- a strategy may say why other than "locked" (Redlock: no quorum)
+            if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
+            -- (concatenation: try_acquire on a held key builds this every time)
+            return nil, "locked: " .. show_key(key) .. " is held by another owner on " .. where
+                .. (v >= 0 and " (expires in " .. floor(v) .. " ms)" or " (expires in never: no ttl)"),
+                "locked"
+        end
         local left = deadline - now()
         if left <= 0 then
-            if wait == 0 then
-                -- a strategy may say why other than "locked" (Redlock: no quorum)
-                if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
-                return nil, format("locked: %s is held by another owner on %s (expires in %s)",
-                    show_key(key), where, v >= 0 and format("%d ms", v) or "never: no ttl"), "locked"
-            end
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
         end
-        local bound = left
-        if v >= 0 and v + 1 < bound then bound = v + 1 end
-        if not (wait_for and wait_for(client, key, bound)) then
-            local delay = o.retry_delay + jitter(o.retry_jitter)
-            client.transport.sleep(delay < bound and delay or bound)
-        end
-        t0 = now()
-        if waiting then
-            -- a notified waiter tries again: once it has waited long it asks
-            -- to be handed the lock next, for as long as it may still wait
-            again, ms = "1", waiting
-            if t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
-                again, ms = "2", format("%d", ceil(deadline - t0))
+        if waiting and ms == nil then
+            ms = waiting
+            t0 = now()
+        else
+            local bound = left
+            if v >= 0 and v + 1 < bound then bound = v + 1 end
+            if not (wait_for and wait_for(client, key, bound)) then
+                local delay = o.retry_delay + jitter(o.retry_jitter)
+                client.transport.sleep(delay < bound and delay or bound)
+            end
+            t0 = now()
+            if waiting then
+                -- a waiter tries again: once it has waited long it asks to be
+                -- handed the lock next, for as long as it may still wait
+                again, ms = "1", waiting
+                if t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
+                    again, ms = "2", format("%d", ceil(deadline - t0))
+                end
             end
         end
     end
@@ -231,7 +241,9 @@ function Client:with_lock(key, opts, fn)
     local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
     local result = pack(pcall(fn, lock))
-    local told, terr = pcall(dispatch, self) -- on_lost runs here, before the release
+    local told, terr = true, nil
+    -- on_lost runs here, before the release
+    if self.renewer then told, terr = pcall(dispatch, self) end
     local released, rerr, rcode = lock:release()
     if not result[1] then error(result[2], 0) end
     if not told then error(terr, 0) end

@@ -24,16 +24,19 @@ end
 -- be marked next for `waiting` ms; the mark is remembered on server for
 -- notify.wait.
 function _M.acquire(server, key, token, ttl, waiting, again)
-    local r, err, code
+    local r, err, code, stale
     local c = companions(key)
-    if again then
+    if not waiting then
+        -- the uncontended path: conn:eval as Server:eval would call it
+        local conn, ttl_s = server.conn, ms_string(ttl)
+        r, err, code, stale = conn:eval("acquire", 2, key, c.fence, token, ttl_s)
+        if r == nil and stale then r, err, code = conn:eval("acquire", 2, key, c.fence, token, ttl_s) end
+    elseif again then
         r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
             waiting, again)
-    elseif waiting then
+    else
         r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
             waiting)
-    else
-        r, err, code = server:eval("acquire", 2, key, c.fence, token, ms_string(ttl))
     end
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then return unexpected(server, "acquire", r) end
@@ -44,11 +47,16 @@ function _M.acquire(server, key, token, ttl, waiting, again)
 end
 
 function _M.release(server, key, token)
-    -- the other keys let the script hand over to a waiter marked next, or
-    -- wake one waiter, when waiters announced themselves (redlock.notify)
+    -- 2: waiters announced themselves (redlock.notify); the six-key form
+    -- hands the key over to a waiter marked next, or wakes one
     local c = companions(key)
-    local r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
-        token, RESERVE)
+    local conn = server.conn
+    local r, err, code, stale = conn:eval("release", 2, key, c.waiters, token)
+    if r == nil and stale then r, err, code = conn:eval("release", 2, key, c.waiters, token) end
+    if r == 2 then
+        r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
+            token, RESERVE)
+    end
     if r == nil then return nil, err, code end
     return r == 1
 end

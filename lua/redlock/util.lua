@@ -10,6 +10,9 @@ local _M = {}
 --- A key as it appears in messages: quoted, non-printable bytes as \xHH,
 -- long keys cut, so a binary key never garbles a log line.
 function _M.show_key(key)
+    -- the usual key is printable and short: no gsub (try_acquire on a held
+    -- key builds this message on every refusal)
+    if #key <= 80 and not find(key, "[^%w%p ]") then return "'" .. key .. "'" end
     local shown = key:gsub("[^%w%p ]", function(c) return format("\\x%02x", byte(c)) end)
     if #shown > 80 then shown = sub(shown, 1, 77) .. "..." end
     return "'" .. shown .. "'"
