@@ -192,6 +192,27 @@ describe("notified waiting", function()
         other:close()
     end)
 
+    it("an uncontended acquire and release are two EVALSHA and no wake-up commands", function()
+        local function calls()
+            local info, t = data:command("INFO", "commandstats"), {}
+            for name, n in info:gmatch("cmdstat_(%w+):calls=(%d+)") do t[name] = tonumber(n) end
+            return t
+        end
+        local key = helper.key()
+        assert(assert(client:acquire(key)):release()) -- scripts loaded
+        local before = calls()
+        for _ = 1, 5 do assert(assert(client:acquire(key)):release()) end
+        local after = calls()
+        local function delta(name) return (after[name] or 0) - (before[name] or 0) end
+        assert.equal(10, delta("evalsha"))
+        -- inside the scripts: GET, SET, INCR; GET, EXISTS, DEL
+        assert.equal(5, delta("exists"))
+        assert.equal(5, delta("del"))
+        for _, name in ipairs { "rpush", "pexpire", "zadd", "zrem", "eval", "blpop" } do
+            assert.equal(0, delta(name), name)
+        end
+    end)
+
     it("the wake-up list shares the key's hash tag and lives one second", function()
         local key = helper.key("{user:1}:job")
         -- a waiter announced (what its refused attempt sets), not blocked now
