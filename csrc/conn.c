@@ -24,6 +24,7 @@
 #include "proto.h"
 #include "reply.h"
 #include "scripts.h"
+#include "token.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
 
@@ -120,6 +121,7 @@ static int conn_connect(conn_ud *u) {
         snprintf(u->err, ERRLEN, "connection: %s: could not connect (out of memory)", u->name);
         return E_CONNECTION;
     }
+    u->gen = redlock_fork_generation();
     if (u->ctx->err) {
         if (strstr(u->ctx->errstr, "timed out") != NULL)
             snprintf(u->err, ERRLEN, "connection: %s: could not connect (timed out after %d ms)",
@@ -191,15 +193,22 @@ redlock_conn *redlock_conn_test(lua_State *L, int idx) {
 
 void redlock_conn_drop(redlock_conn *u) { free_ctx(u); }
 
+void redlock_conn_forget_inherited(redlock_conn *u) {
+    if (u->ctx != NULL && u->gen != redlock_fork_generation())
+        free_ctx(u);
+}
+
 /* One round trip. On failure u->err holds the message, the context is
  * dropped (the next call reconnects), and *stale says whether a retry on a
  * fresh connection is sensible. */
 static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
                       redisReply **out, int *stale) {
-    int reused = u->ctx != NULL, saved, timed_out;
+    int reused, saved, timed_out;
     void *reply = NULL;
     *out = NULL;
     *stale = 0;
+    redlock_conn_forget_inherited(u);
+    reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = conn_connect(u);
         if (rc != OK)
@@ -262,7 +271,10 @@ void redlock_conn_free(redlock_conn *u) {
     }
 }
 
-int redlock_conn_ensure(redlock_conn *u) { return u->ctx != NULL ? OK : conn_connect(u); }
+int redlock_conn_ensure(redlock_conn *u) {
+    redlock_conn_forget_inherited(u);
+    return u->ctx != NULL ? OK : conn_connect(u);
+}
 
 int redlock_conn_round_trip(redlock_conn *u, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale) {

@@ -16,6 +16,7 @@ typedef struct redlock_conn {
     int port, db;
     int connect_timeout_ms, timeout_ms;
     int closed;
+    unsigned gen; /* the fork generation (token.h) ctx was made in */
     char name[128];
     char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
 } redlock_conn;
@@ -25,6 +26,12 @@ redlock_conn *redlock_conn_test(lua_State *L, int idx);
 
 /* Closes the socket, if any; the next use connects again. */
 void redlock_conn_drop(redlock_conn *u);
+
+/* Before any use of u->ctx: a socket made before a fork() is shared with
+ * the other process, whose replies would be read as ours (and ours as
+ * theirs): this process closes its copy (nothing is sent) and reconnects
+ * on this use. Cheap when there was no fork. */
+void redlock_conn_forget_inherited(redlock_conn *u);
 
 /* Writes the output buffer with send(MSG_NOSIGNAL) (see conn.c), adding
  * MSG_DONTWAIT when nonblock. Returns 0 when all is written, 1 when the

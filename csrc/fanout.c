@@ -42,6 +42,7 @@
 #include "proto.h"
 #include "reply.h"
 #include "scripts.h"
+#include "token.h"
 
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
@@ -111,6 +112,7 @@ static void start_connect(slot *s) {
         return;
     }
     u->ctx = c;
+    u->gen = redlock_fork_generation();
     if (c->err) {
         fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", c->errstr);
         return;
@@ -265,6 +267,7 @@ static void start(batch *b, slot *s) {
         snprintf(u->err, REDLOCK_CONN_ERRLEN, "closed: the connection is closed");
         return;
     }
+    redlock_conn_forget_inherited(u);
     if (u->ctx == NULL) {
         start_connect(s);
         if (s->state == S_DONE)

@@ -64,6 +64,11 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void on_fork_child(void) { fork_generation++; }
 static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, on_fork_child); }
 
+unsigned redlock_fork_generation(void) {
+    (void)pthread_once(&atfork_once, register_atfork);
+    return fork_generation;
+}
+
 int redlock_token_hex(redlock_token_pool *pool, char out[REDLOCK_TOKEN_HEX + 1]) {
     static const char hex[] = "0123456789abcdef";
     unsigned char *raw;

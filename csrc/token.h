@@ -22,6 +22,11 @@ typedef struct {
     unsigned generation; /* the fork generation the bytes were drawn in */
 } redlock_token_pool;
 
+/* How many fork()s this process is from the one that first asked (counted
+ * in the child by a pthread_atfork handler, registered by the first call):
+ * whatever was made under another generation belongs to another process. */
+unsigned redlock_fork_generation(void);
+
 /* Writes REDLOCK_TOKEN_HEX lowercase hex chars plus a NUL into out, from
  * the pool (refilled from the OS when empty or after a fork). 0 on
  * success, else an errno value: never a weaker token. */

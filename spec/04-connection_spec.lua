@@ -171,4 +171,72 @@ describe("connections", function()
             server:stop()
         end)
     end)
+
+    describe("after fork()", function()
+        local build = os.getenv("REDLOCK_BUILD") or "build"
+        local forktest = assert(package.loadlib(build .. "/tests/forktest.so", "luaopen_forktest"))()
+
+        -- n acquire/release cycles on key; the fence must count up by one
+        -- each time (nobody else uses key), or the first failure
+        local function cycles(client, key, n)
+            local last
+            for i = 1, n do
+                local lock, err = client:acquire(key, { wait = 2000 })
+                if not lock then return "acquire " .. i .. ": " .. tostring(err) end
+                if last and lock.fence ~= last + 1 then
+                    return string.format("acquire %d: fence %s after %s (another process's reply?)",
+                        i, tostring(lock.fence), tostring(last))
+                end
+                last = lock.fence
+                local ok, rerr = lock:release()
+                if not ok then return "release " .. i .. ": " .. tostring(rerr) end
+            end
+            return nil
+        end
+
+        it("parent and child never share a connection a client made before the fork", function()
+            local server = helper.start_server()
+            local client = redlock.new { servers = { server:url() } }
+            local parent_key, child_key = helper.key("parent"), helper.key("child")
+            assert(client:acquire(parent_key)):release() -- connected before the fork
+            local pid = forktest.fork()
+            if pid == 0 then
+                local failure = cycles(client, child_key, 300)
+                if failure then io.stderr:write("child: ", failure, "\n") end
+                forktest.exit(failure and 1 or 0)
+            end
+            local failure = cycles(client, parent_key, 300)
+            local status = forktest.wait(pid)
+            assert.is_nil(failure)
+            assert.equal(0, status, "the child failed (see its message above)")
+            -- the parent's connection still works, and the child's copy was
+            -- never closed under it
+            assert(client:try_acquire(parent_key)):release()
+            client:close()
+            server:stop()
+        end)
+
+        it("nor do their Redlock fan-outs (three servers)", function()
+            local servers, urls = {}, {}
+            for i = 1, 3 do
+                servers[i] = helper.start_server()
+                urls[i] = servers[i]:url()
+            end
+            local client = redlock.new { servers = urls }
+            local parent_key, child_key = helper.key("parent"), helper.key("child")
+            assert(client:acquire(parent_key)):release()
+            local pid = forktest.fork()
+            if pid == 0 then
+                local failure = cycles(client, child_key, 150)
+                if failure then io.stderr:write("child: ", failure, "\n") end
+                forktest.exit(failure and 1 or 0)
+            end
+            local failure = cycles(client, parent_key, 150)
+            local status = forktest.wait(pid)
+            assert.is_nil(failure)
+            assert.equal(0, status, "the child failed (see its message above)")
+            client:close()
+            for i = 1, 3 do servers[i]:stop() end
+        end)
+    end)
 end)
