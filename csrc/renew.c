@@ -14,7 +14,8 @@
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
  *                                            -> renewal, id
  * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
- * renewer:stats() -> entries renewing, renewals made, thread running
+ * renewer:stats() -> entries renewing, renewals made, thread running,
+ *                    entries in the list (stopped ones not yet unlinked too)
  * renewer:close()                            (stops and joins the thread)
  * renewal:state() -> phase, expires, renewals, failures, lost|nil, error|nil
  * renewal:expires() -> when the validity ends (0 once lost)
@@ -26,10 +27,15 @@
  *
  * Lifetimes: the renewer struct is counted by its userdata and by each
  * renewal userdata; an entry by the renewer's list and by its renewal
- * userdata. Only the thread (or close, after the join) unlinks entries, so
- * an entry the thread works on without the mutex stays allocated. close()
+ * userdata. A stopped entry leaves the list at once (stop, __gc), except
+ * the one the thread works on without the mutex (r->busy): the thread
+ * unlinks that one itself, so it stays allocated while in use. close()
  * and __gc shut the thread's sockets down (through dup'ed descriptors that
- * only the mutex holder closes) so that the join never waits for a reply. */
+ * only the mutex holder closes) so that the join never waits for a reply.
+ *
+ * Cost per lock: add and stop take the mutex and do not wake the thread
+ * unless the new lock is due before the thread's own wake-up (r->wake_at),
+ * so a with_lock loop does not ping-pong with it. */
 #define _GNU_SOURCE
 #include "proto.h"
 #include "renew.h"
@@ -50,6 +56,7 @@
 
 #include "conn.h"
 #include "scripts.h"
+#include "token.h"
 
 #define MAX_SERVERS 64
 #define ERRLEN REDLOCK_CONN_ERRLEN
@@ -64,7 +71,7 @@ static const char *const phase_words[] = {"renewing", "holding", "idle"};
 typedef struct renewer renewer;
 
 typedef struct entry {
-    struct entry *next;
+    struct entry *next, *prev;
     renewer *r;
     int refs; /* the list, the renewal userdata */
     int in_list, stopped, pending, gen;
@@ -84,7 +91,10 @@ struct renewer {
     pthread_cond_t cv;
     pthread_t thread;
     int started, stopping, closed;
-    pid_t pid; /* the process the thread runs in */
+    int has_thread;      /* a thread was started in fork generation gen */
+    unsigned gen;
+    double wake_at;      /* when the sleeping thread wakes; -inf while awake */
+    struct entry *busy;  /* the entry the thread renews without the mutex */
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
     redlock_conn **conns; /* the thread's own; freed after the join */
@@ -131,10 +141,14 @@ static void wait_until(renewer *r, double when_ms) {
 
 /* --- entries (all under r->mu) ------------------------------------------ */
 
-static void entry_unref(entry *e) {
-    if (--e->refs == 0)
+/* Drops n references; frees e at the last. */
+static void entry_drop(entry *e, int n) {
+    e->refs -= n;
+    if (e->refs == 0)
         free(e);
 }
+
+static void entry_unref(entry *e) { entry_drop(e, 1); }
 
 static void mark_lost(renewer *r, entry *e, enum lost why) {
     e->lost = why;
@@ -155,18 +169,62 @@ static void stop_entry(renewer *r, entry *e) {
     }
 }
 
+static void link_entry(renewer *r, entry *e) {
+    e->prev = NULL;
+    e->next = r->list;
+    if (r->list != NULL)
+        r->list->prev = e;
+    r->list = e;
+    e->in_list = 1;
+}
+
+/* Takes e out of the list; the caller drops the list's reference. */
+static void detach_entry(renewer *r, entry *e) {
+    if (e->prev != NULL)
+        e->prev->next = e->next;
+    else
+        r->list = e->next;
+    if (e->next != NULL)
+        e->next->prev = e->prev;
+    e->next = e->prev = NULL;
+    e->in_list = 0;
+}
+
+/* Unlinks e and drops the list's reference (may free e). */
+static void unlink_entry(renewer *r, entry *e) {
+    detach_entry(r, e);
+    entry_unref(e);
+}
+
+/* Stops e and, unless the thread is working on it, takes it out of the
+ * list now (a loop of short locks must not pile up stopped entries until
+ * the thread wakes). Returns the references the caller must drop: 1 when
+ * it was taken out (the list's), else 0. */
+static int retire_entry(renewer *r, entry *e) {
+    stop_entry(r, e);
+    if (e->in_list && r->busy != e) {
+        detach_entry(r, e);
+        return 1;
+    }
+    return 0;
+}
+
+/* Wakes the thread if it sleeps past `due` (it rescans when it wakes). */
+static void wake_for(renewer *r, double due) {
+    if (due < r->wake_at)
+        pthread_cond_signal(&r->cv);
+}
+
 /* Unlinks stopped entries; returns the live one due first and when. */
 static entry *next_due(renewer *r, double *when) {
-    entry **p = &r->list, *e, *best = NULL;
-    while ((e = *p) != NULL) {
+    entry *e = r->list, *next, *best = NULL;
+    for (; e != NULL; e = next) {
         double t;
+        next = e->next;
         if (e->stopped) {
-            *p = e->next;
-            e->in_list = 0;
-            entry_unref(e);
+            unlink_entry(r, e);
             continue;
         }
-        p = &e->next;
         if (e->phase == IDLE)
             continue;
         t = e->phase == RENEWING ? e->next_due : e->expires;
@@ -291,6 +349,7 @@ static void renew_one(renewer *r, entry *e, double now) {
     }
     snprintf(ttl, sizeof ttl, "%.0f", ext);
     err[0] = '\0';
+    r->busy = e;
     pthread_mutex_unlock(&r->mu);
 
     t0 = mono_ms();
@@ -307,6 +366,7 @@ static void renew_one(renewer *r, entry *e, double now) {
     t1 = mono_ms();
 
     pthread_mutex_lock(&r->mu);
+    r->busy = NULL;
     if (r->stopping || e->stopped || e->phase != RENEWING)
         return;
     if (yes >= e->quorum && t1 - t0 < ext - drift) {
@@ -341,13 +401,17 @@ static void *renew_main(void *arg) {
     pthread_mutex_lock(&r->mu);
     while (!r->stopping) {
         double when = 0, now;
-        entry *e = next_due(r, &when);
+        entry *e;
+        r->wake_at = -INFINITY; /* awake: add and update need not signal */
+        e = next_due(r, &when);
         if (e == NULL) {
+            r->wake_at = INFINITY;
             pthread_cond_wait(&r->cv, &r->mu);
             continue;
         }
         now = mono_ms();
         if (when > now) {
+            r->wake_at = when;
             wait_until(r, when);
             continue;
         }
@@ -376,7 +440,8 @@ static int start_thread(renewer *r) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         r->started = 1;
-        r->pid = getpid();
+        r->has_thread = 1;
+        r->gen = redlock_fork_generation();
         count_threads(1);
     }
     return rc;
@@ -417,20 +482,17 @@ static renewer *renewer_alloc(int n) {
         r->dupfd[i] = -1;
     r->nservers = n;
     r->refs = 1;
+    r->wake_at = -INFINITY; /* no thread yet: the first add starts one */
     return r;
 }
 
 /* Stops and unlinks every lock entry (the caller holds r->mu, or is the
  * only thread left). */
 static void drop_entries(renewer *r) {
-    entry *e, *next;
-    for (e = r->list; e != NULL; e = next) {
-        next = e->next;
-        stop_entry(r, e);
-        e->in_list = 0;
-        entry_unref(e);
+    while (r->list != NULL) {
+        stop_entry(r, r->list);
+        unlink_entry(r, r->list);
     }
-    r->list = NULL;
 }
 
 static void renewer_free(renewer *r) {
@@ -488,17 +550,20 @@ static void renewer_unref(renewer *r) {
  * copy of the mutex that the thread held at the fork: it starts over
  * without either, with its own sockets, and leaves the parent's locks to
  * the parent (it must not join a thread it does not have). Runs before
- * every use of the renewer from Lua; only the main thread writes pid. */
+ * every use of the renewer from Lua (a fork generation compare: no
+ * syscall); only the Lua side writes has_thread and gen. */
 static void after_fork(renewer *r) {
     int i;
-    if (r->pid == 0 || r->pid == getpid())
+    if (!r->has_thread || r->gen == redlock_fork_generation())
         return;
     pthread_mutex_init(&r->mu, NULL);
     init_cond(&r->cv);
     if (r->started && !r->closed)
         count_threads(-1); /* the parent's thread, counted in the copy */
-    r->pid = 0;
+    r->has_thread = 0;
     r->started = 0;
+    r->busy = NULL; /* the parent's thread's, not ours */
+    r->wake_at = -INFINITY;
     r->stopping = r->closed;
     for (i = 0; i < r->nservers; i++) {
         if (r->conns[i] != NULL)
@@ -603,7 +668,6 @@ static int renewer_add(lua_State *L) {
     e->toklen = tlen;
     e->r = r;
     e->refs = 2;
-    e->in_list = 1;
     e->phase = RENEWING;
     e->ttl = ttl;
     e->interval = ttl / 3;
@@ -622,11 +686,10 @@ static int renewer_add(lua_State *L) {
         return luaL_error(L, "cannot start the renewal thread (%s)", strerror(rc));
     }
     e->id = ++r->next_id;
-    e->next = r->list;
-    r->list = e;
+    link_entry(r, e);
     r->refs++;
     h->e = e;
-    pthread_cond_signal(&r->cv);
+    wake_for(r, e->next_due);
     pthread_mutex_unlock(&r->mu);
     lua_pushinteger(L, e->id);
     return 2;
@@ -674,19 +737,22 @@ static int renewer_pending(lua_State *L) {
     return 1;
 }
 
-/* renewer:stats() -> entries renewing or holding, renewals made, running */
+/* renewer:stats() -> entries renewing or holding, renewals made, running,
+ * entries in the list */
 static int renewer_stats(lua_State *L) {
     renewer_ud *ud = check_renewer(L);
     renewer *r = ud->r;
-    lua_Integer live = 0;
+    lua_Integer live = 0, listed = 0;
     lua_Number renewals = 0;
     int running = 0;
     entry *e;
     if (r != NULL) {
         pthread_mutex_lock(&r->mu);
-        for (e = r->list; e != NULL; e = e->next)
+        for (e = r->list; e != NULL; e = e->next) {
+            listed++;
             if (!e->stopped && e->phase != IDLE)
                 live++;
+        }
         renewals = (lua_Number)r->renewals;
         running = r->started && !r->closed;
         pthread_mutex_unlock(&r->mu);
@@ -694,7 +760,8 @@ static int renewer_stats(lua_State *L) {
     lua_pushinteger(L, live);
     lua_pushnumber(L, renewals);
     lua_pushboolean(L, running);
-    return 3;
+    lua_pushinteger(L, listed);
+    return 4;
 }
 
 static int renewer_close(lua_State *L) {
@@ -800,7 +867,7 @@ static int renewal_update(lua_State *L) {
         e->expires = expires;
         e->next_due = mono_ms() + e->interval;
         e->gen++;
-        pthread_cond_signal(&r->cv);
+        wake_for(r, e->next_due < e->expires ? e->next_due : e->expires);
     }
     pthread_mutex_unlock(&r->mu);
     return 0;
@@ -808,9 +875,10 @@ static int renewal_update(lua_State *L) {
 
 static int renewal_stop(lua_State *L) {
     entry *e = check_renewal(L);
-    pthread_mutex_lock(&e->r->mu);
-    stop_entry(e->r, e);
-    pthread_mutex_unlock(&e->r->mu);
+    renewer *r = e->r; /* (e outlives this: the userdata holds a reference) */
+    pthread_mutex_lock(&r->mu);
+    entry_drop(e, retire_entry(r, e));
+    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
@@ -824,8 +892,7 @@ static int renewal_gc(lua_State *L) {
     r = e->r;
     after_fork(r);
     pthread_mutex_lock(&r->mu);
-    stop_entry(r, e);
-    entry_unref(e);
+    entry_drop(e, retire_entry(r, e) + 1); /* and the userdata's reference */
     pthread_mutex_unlock(&r->mu);
     renewer_unref(r);
     return 0;

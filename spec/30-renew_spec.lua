@@ -205,6 +205,38 @@ describe("renewal", function()
             assert.is_false(select(3, c.renewer:stats()))
         end)
 
+        it("a loop of short with_lock calls leaves no entries behind (the thread sleeps meanwhile)",
+            function()
+            local c = redlock.new { servers = { server:url() }, ttl = 60000 }
+            local key = helper.key()
+            local fn = function() end
+            for _ = 1, 2000 do assert(c:with_lock(key, fn)) end
+            local live, _, running, listed = c.renewer:stats()
+            assert.equal(0, live)
+            assert.is_true(running)
+            -- released locks leave the list at once, not when the thread
+            -- wakes (20 s from now with this ttl)
+            assert.is_true(listed <= 1, listed .. " entries listed")
+            assert.is_nil(next(c.renewing))
+            c:close()
+        end)
+
+        it("a lock due before the thread's next wake-up is renewed in time", function()
+            local c = redlock.new { servers = { server:url() } }
+            local long = assert(c:acquire(helper.key(), { ttl = 30000, renew = true }))
+            core.sleep(50) -- the thread now sleeps until ~10 s from now
+            local key = helper.key()
+            local short = assert(c:acquire(key, { ttl = 300, renew = true }))
+            core.sleep(1000)
+            assert.is_false((short:lost()))
+            local pttl = data:command("PTTL", key)
+            assert.is_true(pttl > 0, "the key expired: not renewed")
+            assert.is_true(select(3, short.renewal:state()) >= 2, "renewals of the short lock")
+            assert.is_true(short:release())
+            assert.is_true(long:release())
+            c:close()
+        end)
+
         it("garbage collection of the lock stops its renewal; the key then expires", function()
             local key = helper.key()
             do

@@ -88,7 +88,7 @@ local function start_renewal(lock, max_hold, t0)
     local n = #client.servers
     local h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
         floor(n / 2) + 1, client.drift_factor)
-    lock.renewal = h
+    lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
 end
 
@@ -172,7 +172,11 @@ end
 -- that finds the key deleted does not report a loss.
 function _M.stop(lock)
     local h = lock.renewal
-    if h then h:stop() end
+    if h then
+        h:stop()
+        -- (a loop of with_lock must not grow the table until a collection)
+        lock.client.renewing[lock.renewal_id] = nil
+    end
 end
 
 --- The lock is released (or known lost at its release): forget its hold.
