@@ -108,8 +108,9 @@ $(FLOOR): bench/floor.c csrc/scripts.h Makefile
 bench-deps: deps
 	@PACKAGES="gnuplot-nox" sh tools/deps.sh
 
+# LUA_VERSION=jit BUILD=build/jit: the same cases under LuaJIT
 bench: bench-deps build $(FLOOR)
-	@sh bench/run.sh $(BENCH_ARGS)
+	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" REDLOCK_FLOOR="$(FLOOR)" sh bench/run.sh $(BENCH_ARGS)
 	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 # The HTML reference from the LDoc comments (config.ld), into doc/html

@@ -68,7 +68,8 @@
  * the fence counter, KEYS[6] the waiters set (all with the same hash tag);
  * ARGV[1] token, ARGV[2] (with six keys) ms a hand-off reserves the key.
  * Compare-and-delete: 1 released, 0 the key is gone or holds another token
- * (we must not delete the next holder's).
+ * (we must not delete the next holder's), 3 released (or handed over) and
+ * waiters woken (six keys only: the caller may send six keys next time).
  * Without a waiters set nobody waits (every refused waiter joins it, see
  * ACQUIRE, and it outlives their waits): the key is just deleted. With two
  * keys and waiters, nothing is done and the reply is 2: the caller then
@@ -109,7 +110,7 @@
     "redis.call('DEL', KEYS[2])\n"                                          \
     "redis.call('RPUSH', KEYS[2], '1')\n"                                   \
     "redis.call('PEXPIRE', KEYS[2], 1000)\n"                                \
-    "return 1\n"
+    "return 3\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
  * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock. */

@@ -213,6 +213,33 @@ describe("notified waiting", function()
         end
     end)
 
+    it("under sustained contention a release is one round trip, as is the first after it ends", function()
+        local key = helper.key()
+        local waiters = "{" .. key .. "}:waiters"
+        local function announced() -- what a blocked waiter's refusal leaves
+            data:command("ZADD", waiters, 0, "some-waiter")
+            data:command("PEXPIRE", waiters, 5000)
+        end
+        local function releases(lock) -- EVALSHA calls of one release
+            local calls = evalsha_calls()
+            assert.is_true(lock:release())
+            return evalsha_calls() - calls
+        end
+        announced()
+        -- the first release asks whether anybody waits, then wakes them
+        assert.equal(2, releases(assert(client:acquire(key))))
+        -- the next goes straight to the form that wakes
+        announced()
+        assert.equal(1, releases(assert(client:acquire(key))))
+        -- nobody waits any more: that form finds so, and the one after is
+        -- the plain two-key release again
+        data:command("DEL", waiters)
+        assert.equal(1, releases(assert(client:acquire(key))))
+        assert.equal(1, releases(assert(client:acquire(key))))
+        announced() -- and a new waiter is found by that plain release
+        assert.equal(2, releases(assert(client:acquire(key))))
+    end)
+
     it("the wake-up list shares the key's hash tag and lives one second", function()
         local key = helper.key("{user:1}:job")
         -- a waiter announced (what its refused attempt sets), not blocked now

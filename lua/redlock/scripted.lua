@@ -48,16 +48,26 @@ end
 
 function _M.release(server, key, token)
     -- 2: waiters announced themselves (redlock.notify); the six-key form
-    -- hands the key over to a waiter marked next, or wakes one
+    -- hands the key over to a waiter marked next, or wakes one. After a
+    -- release that woke waiters (3), the next one of the same key goes
+    -- straight to the six-key form: under contention the extra round trip
+    -- would lengthen every hold.
     local c = companions(key)
-    local conn = server.conn
-    local r, err, code, stale = conn:eval("release", 2, key, c.waiters, token)
-    if r == nil and stale then r, err, code = conn:eval("release", 2, key, c.waiters, token) end
-    if r == 2 then
-        r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
-            token, RESERVE)
+    local r, err, code, stale
+    if server.woke_key ~= key then
+        local conn = server.conn
+        r, err, code, stale = conn:eval("release", 2, key, c.waiters, token)
+        if r == nil and stale then r, err, code = conn:eval("release", 2, key, c.waiters, token) end
+        if r ~= 2 then
+            if r == nil then return nil, err, code end
+            return r == 1
+        end
     end
+    r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
+        token, RESERVE)
     if r == nil then return nil, err, code end
+    server.woke_key = r == 3 and key or nil
+    if r == 3 then return true end
     return r == 1
 end
 
