@@ -194,21 +194,28 @@ describe("connections", function()
             return nil
         end
 
-        it("parent and child never share a connection a client made before the fork", function()
-            local server = helper.start_server()
-            local client = redlock.new { servers = { server:url() } }
+        -- Uses client once, forks, and runs n cycles in both processes at
+        -- once, each on a key of its own; asserts both went right.
+        local function both_sides(client, n)
             local parent_key, child_key = helper.key("parent"), helper.key("child")
             assert(client:acquire(parent_key)):release() -- connected before the fork
             local pid = forktest.fork()
             if pid == 0 then
-                local failure = cycles(client, child_key, 300)
+                local failure = cycles(client, child_key, n)
                 if failure then io.stderr:write("child: ", failure, "\n") end
                 forktest.exit(failure and 1 or 0)
             end
-            local failure = cycles(client, parent_key, 300)
+            local failure = cycles(client, parent_key, n)
             local status = forktest.wait(pid)
             assert.is_nil(failure)
             assert.equal(0, status, "the child failed (see its message above)")
+            return parent_key
+        end
+
+        it("parent and child never share a connection a client made before the fork", function()
+            local server = helper.start_server()
+            local client = redlock.new { servers = { server:url() } }
+            local parent_key = both_sides(client, 300)
             -- the parent's connection still works, and the child's copy was
             -- never closed under it
             assert(client:try_acquire(parent_key)):release()
@@ -223,18 +230,7 @@ describe("connections", function()
                 urls[i] = servers[i]:url()
             end
             local client = redlock.new { servers = urls }
-            local parent_key, child_key = helper.key("parent"), helper.key("child")
-            assert(client:acquire(parent_key)):release()
-            local pid = forktest.fork()
-            if pid == 0 then
-                local failure = cycles(client, child_key, 150)
-                if failure then io.stderr:write("child: ", failure, "\n") end
-                forktest.exit(failure and 1 or 0)
-            end
-            local failure = cycles(client, parent_key, 150)
-            local status = forktest.wait(pid)
-            assert.is_nil(failure)
-            assert.equal(0, status, "the child failed (see its message above)")
+            both_sides(client, 150)
             client:close()
             for i = 1, 3 do servers[i]:stop() end
         end)
