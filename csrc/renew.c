@@ -489,9 +489,14 @@ static renewer *renewer_alloc(int n) {
 /* Stops and unlinks every lock entry (the caller holds r->mu, or is the
  * only thread left). */
 static void drop_entries(renewer *r) {
-    while (r->list != NULL) {
-        stop_entry(r, r->list);
-        unlink_entry(r, r->list);
+    entry *e = r->list, *next;
+    r->list = NULL;
+    for (; e != NULL; e = next) {
+        next = e->next;
+        stop_entry(r, e);
+        e->next = e->prev = NULL;
+        e->in_list = 0;
+        entry_unref(e);
     }
 }
 

@@ -4,7 +4,9 @@
 local util = require "redlock.util"
 local notify = require "redlock.notify"
 
-local companion_key, companions, ms_string = util.companion_key, util.companions, util.ms_string
+local companion_key, ms_string = util.companion_key, util.ms_string
+local wake_key, next_key, handoff_key, waiters_key =
+    notify.wake_key, notify.next_key, notify.handoff_key, notify.waiters_key
 local RESERVE = string.format("%d", notify.RESERVE_MS)
 local format = string.format
 
@@ -25,18 +27,17 @@ end
 -- notify.wait.
 function _M.acquire(server, key, token, ttl, waiting, again)
     local r, err, code, stale
-    local c = companions(key)
     if not waiting then
         -- the uncontended path: conn:eval as Server:eval would call it
-        local conn, ttl_s = server.conn, ms_string(ttl)
-        r, err, code, stale = conn:eval("acquire", 2, key, c.fence, token, ttl_s)
-        if r == nil and stale then r, err, code = conn:eval("acquire", 2, key, c.fence, token, ttl_s) end
+        local conn, fkey, ttl_s = server.conn, fence_key(key), ms_string(ttl)
+        r, err, code, stale = conn:eval("acquire", 2, key, fkey, token, ttl_s)
+        if r == nil and stale then r, err, code = conn:eval("acquire", 2, key, fkey, token, ttl_s) end
     elseif again then
-        r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
-            waiting, again)
+        r, err, code = server:eval("acquire", 4, key, fence_key(key), next_key(key), waiters_key(key),
+            token, ms_string(ttl), waiting, again)
     else
-        r, err, code = server:eval("acquire", 4, key, c.fence, c.next, c.waiters, token, ms_string(ttl),
-            waiting)
+        r, err, code = server:eval("acquire", 4, key, fence_key(key), next_key(key), waiters_key(key),
+            token, ms_string(ttl), waiting)
     end
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then return unexpected(server, "acquire", r) end
@@ -52,19 +53,18 @@ function _M.release(server, key, token)
     -- release that woke waiters (3), the next one of the same key goes
     -- straight to the six-key form: under contention the extra round trip
     -- would lengthen every hold.
-    local c = companions(key)
     local r, err, code, stale
     if server.woke_key ~= key then
-        local conn = server.conn
-        r, err, code, stale = conn:eval("release", 2, key, c.waiters, token)
-        if r == nil and stale then r, err, code = conn:eval("release", 2, key, c.waiters, token) end
+        local conn, wkey = server.conn, waiters_key(key)
+        r, err, code, stale = conn:eval("release", 2, key, wkey, token)
+        if r == nil and stale then r, err, code = conn:eval("release", 2, key, wkey, token) end
         if r ~= 2 then
             if r == nil then return nil, err, code end
             return r == 1
         end
     end
-    r, err, code = server:eval("release", 6, key, c.wake, c.next, c.handoff, c.fence, c.waiters,
-        token, RESERVE)
+    r, err, code = server:eval("release", 6, key, wake_key(key), next_key(key), handoff_key(key),
+        fence_key(key), waiters_key(key), token, RESERVE)
     if r == nil then return nil, err, code end
     server.woke_key = r == 3 and key or nil
     if r == 3 then return true end

@@ -30,9 +30,11 @@ local function companion_base(key)
     return "{" .. key .. "}"
 end
 
--- The companions of the last key asked for: acquire and release of one
--- lock (and every attempt of a waiter) ask for the same key several times.
-local last_key, last_base, last_companions = nil, nil, {}
+-- The last key asked for, and per suffix the last companion made: acquire
+-- and release of one lock (and every attempt of a waiter) ask for the same
+-- key several times, and a new key allocates nothing but its companions.
+local last_key, last_base = nil, nil
+local made_for, made = {}, {}
 
 --- The key of a lock's companion (fence counter, wake-up list): it must hash
 -- to the same Cluster slot as the lock key, so that one script may touch both.
@@ -40,34 +42,11 @@ local last_key, last_base, last_companions = nil, nil, {}
 -- which hashes the same bytes. A tag-less key holding '}' cannot be wrapped:
 -- it gets a plain suffix (fine on one server, CROSSSLOT on Cluster).
 function _M.companion_key(key, suffix)
-    if key ~= last_key then
-        last_key, last_base, last_companions = key, companion_base(key), {}
-    end
-    local k = last_companions[suffix]
-    if k == nil then
-        k = last_base .. suffix
-        last_companions[suffix] = k
-    end
+    if made_for[suffix] == key then return made[suffix] end
+    if key ~= last_key then last_key, last_base = key, companion_base(key) end
+    local k = last_base .. suffix
+    made_for[suffix], made[suffix] = key, k
     return k
-end
-
--- The companions of the last key asked for, all at once: acquire and
--- release of one lock ask for several (see redlock.notify for their uses).
-local last_all_key, last_all = nil, nil
-
---- Every companion key of a lock key: fence, wake, next, handoff, waiters.
-function _M.companions(key)
-    if key ~= last_all_key then
-        local base = companion_base(key)
-        last_all_key, last_all = key, {
-            fence = base .. ":fence",
-            wake = base .. ":wake",
-            next = base .. ":next",
-            handoff = base .. ":handoff",
-            waiters = base .. ":waiters",
-        }
-    end
-    return last_all
 end
 
 -- The last two asked for: a client mostly uses one ttl and one wait.
