@@ -7,8 +7,8 @@ return {
     floor = "cycle",
     iterations = 1000,
     round_trips = 2,
-    -- inside the release script: the EXISTS of the waiters flag, which
-    -- tells it that nobody waits, so it does no wake-up work (redlock.notify)
+    -- inside the release script: the EXISTS of the waiters set, which tells
+    -- it that nobody waits, so it does no wake-up work (redlock.notify)
     commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1, exists = 1 },
     -- the floor releases with the plain compare-and-delete
     floor_commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },

@@ -168,11 +168,14 @@ function Nginx:bg(path)
 end
 
 --- The error log's lines of level error and worse (a crash in Lua shows there).
+-- Not nginx's own bind retries: a port another process still held for a
+-- moment costs a logged retry, and nginx started (it gave up otherwise).
 function Nginx:errors()
     local out = {}
     for line in (read(self.dir .. "/error.log") or ""):gmatch("[^\n]+") do
-        if line:find("%[error%]") or line:find("%[crit%]") or line:find("%[alert%]")
-            or line:find("%[emerg%]") then
+        local bind_retry = line:find("bind() to ", 1, true) and line:find("(98: Address already in use)", 1, true)
+        if not bind_retry and (line:find("%[error%]") or line:find("%[crit%]") or line:find("%[alert%]")
+            or line:find("%[emerg%]")) then
             out[#out + 1] = line
         end
     end
