@@ -205,6 +205,8 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
                       redisReply **out, int *stale) {
     int reused, saved, timed_out;
     void *reply = NULL;
+    char stack[512], *cmd = NULL; /* a lock's commands fit in stack */
+    long len;
     *out = NULL;
     *stale = 0;
     redlock_conn_forget_inherited(u);
@@ -214,12 +216,17 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
         if (rc != OK)
             return rc;
     }
-    if (redisAppendCommandArgv(u->ctx, argc, argv, argvlen) != REDIS_OK) {
-        snprintf(u->err, ERRLEN, "connection: %s: could not encode the command (%s)", u->name,
-                 u->ctx->errstr);
+    len = redlock_encode(stack, sizeof stack, argc, argv, argvlen, &cmd);
+    if (len < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)len) != REDIS_OK) {
+        if (len >= 0 && cmd != stack)
+            free(cmd);
+        snprintf(u->err, ERRLEN, "connection: %s: could not encode the command (out of memory)",
+                 u->name);
         free_ctx(u);
         return E_CONNECTION;
     }
+    if (cmd != stack)
+        free(cmd);
     if (flush_obuf(u->ctx) != 0 || redisGetReply(u->ctx, &reply) != REDIS_OK) {
         saved = errno;
         timed_out = io_error(u, saved, "waiting for a reply");

@@ -70,7 +70,7 @@ typedef struct {
     int n, timeout_ms;
     slot *slots;
     const char *cmd, *alt; /* EVALSHA (or the command), and EVAL */
-    int cmdlen, altlen;
+    long cmdlen, altlen;
 } batch;
 
 static double now_ms(void) {
@@ -453,19 +453,17 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
         argv[1] = script->sha;
         argvlen[1] = 40;
     }
-    b.cmdlen = redisFormatCommandArgv(&cmd, argc + prefix, argv, argvlen);
-    b.cmd = cmd;
+    b.cmdlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
+    b.cmd = b.cmdlen < 0 ? NULL : cmd;
     if (script != NULL) {
         argv[0] = "EVAL";
         argvlen[0] = 4;
         argv[1] = script->source;
         argvlen[1] = strlen(script->source);
-        cmd = NULL;
-        b.altlen = redisFormatCommandArgv(&cmd, argc + prefix, argv, argvlen);
-        b.alt = cmd;
+        b.altlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
+        b.alt = b.altlen < 0 ? NULL : cmd;
     }
-    if (b.slots == NULL || b.cmdlen < 0 || b.cmd == NULL ||
-        (script != NULL && (b.altlen < 0 || b.alt == NULL))) {
+    if (b.slots == NULL || b.cmd == NULL || (script != NULL && b.alt == NULL)) {
         free_batch(&b, argv, argvlen);
         return luaL_error(L, "out of memory");
     }

@@ -1,6 +1,7 @@
 /* The protocol without a socket: command encoding and a reply reader, so
  * that a host with its own sockets (nginx cosockets) speaks through the same
  * code as hiredis' blocking connections. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,57 @@ void redlock_argv_free(redlock_argv *a) {
     a->len = NULL;
 }
 
+/* decimal digits of n */
+static size_t digits(size_t n) {
+    size_t d = 1;
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* writes n in decimal and "\r\n"; returns the end */
+static char *put_count(char *p, size_t n) {
+    size_t d = digits(n), i;
+    for (i = d; i > 0; i--) {
+        p[i - 1] = (char)('0' + n % 10);
+        n /= 10;
+    }
+    p[d] = '\r';
+    p[d + 1] = '\n';
+    return p + d + 2;
+}
+
+long redlock_encode(char *buf, size_t cap, int argc, const char **argv, const size_t *argvlen,
+                    char **out) {
+    size_t total = 1 + digits((size_t)argc) + 2, len;
+    char *p;
+    int i;
+    for (i = 0; i < argc; i++) {
+        len = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+        total += 1 + digits(len) + 2 + len + 2;
+    }
+    if (total > (size_t)LONG_MAX)
+        return -1;
+    p = total <= cap ? buf : (char *)malloc(total);
+    if (p == NULL)
+        return -1;
+    *out = p;
+    *p++ = '*';
+    p = put_count(p, (size_t)argc);
+    for (i = 0; i < argc; i++) {
+        len = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+        *p++ = '$';
+        p = put_count(p, len);
+        memcpy(p, argv[i], len);
+        p += len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    return (long)total;
+}
+
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
                      const luaL_Reg *methods) {
     if (luaL_newmetatable(L, name)) {
@@ -77,19 +129,22 @@ void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
 
 /* encode(arg, ...) -> RESP bytes of one command */
 static int proto_encode(lua_State *L) {
-    int argc = redlock_check_argv(L, 1, lua_gettop(L)), len;
+    int argc = redlock_check_argv(L, 1, lua_gettop(L));
+    long len;
+    char stack[512];
     const char **argv;
     size_t *argvlen;
     char *out = NULL;
     if (redlock_argv_alloc(L, 1, argc, 0, &argv, &argvlen) != 0)
         return luaL_error(L, "out of memory");
-    len = redisFormatCommandArgv(&out, argc, argv, argvlen);
+    len = redlock_encode(stack, sizeof stack, argc, argv, argvlen, &out);
     free((void *)argv);
     free(argvlen);
-    if (len < 0 || out == NULL)
+    if (len < 0)
         return luaL_error(L, "out of memory");
     lua_pushlstring(L, out, (size_t)len);
-    free(out);
+    if (out != stack)
+        free(out);
     return 1;
 }
 

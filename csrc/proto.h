@@ -31,6 +31,14 @@ typedef struct {
 int redlock_argv_init(lua_State *L, int first, int argc, int prefix, redlock_argv *a);
 void redlock_argv_free(redlock_argv *a);
 
+/* The RESP bytes of one command (argvlen NULL: C strings), written into
+ * buf when they fit in cap bytes, else into memory from malloc that the
+ * caller frees; *out says which. Returns the length, or -1 when out of
+ * memory. hiredis' own formatter costs more than the rest of a call
+ * (sdscatfmt per argument). */
+long redlock_encode(char *buf, size_t cap, int argc, const char **argv, const size_t *argvlen,
+                    char **out);
+
 /* Creates the metatable `name` once (luaL_newmetatable), with the
  * metamethods in meta and the methods in methods as its __index. */
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,

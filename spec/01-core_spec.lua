@@ -59,6 +59,25 @@ describe("redlock.core", function()
             assert.equal("*3\r\n$3\r\nSET\r\n$3\r\na\0b\r\n$2\r\n42\r\n", core.encode("SET", "a\0b", 42))
         end)
 
+        it("encodes empty, long and many arguments as RESP", function()
+            -- the reference: RESP written out in Lua
+            local function resp(...)
+                local out = { "*" .. select("#", ...) .. "\r\n" }
+                for i = 1, select("#", ...) do
+                    local a = tostring((select(i, ...)))
+                    out[#out + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
+                end
+                return table.concat(out)
+            end
+            local unpack = table.unpack or unpack -- luacheck: ignore 113
+            local long = string.rep("x\r\n\0", 40000) -- past the stack buffer
+            assert.equal(resp("SET", "", long), core.encode("SET", "", long))
+            local many = {}
+            for i = 1, 120 do many[i] = string.rep("a", i * 7) end
+            assert.equal(resp(unpack(many)), core.encode(unpack(many)))
+            assert.equal(resp(9, 10, 99, 100, 1e15), core.encode(9, 10, 99, 100, 1e15))
+        end)
+
         it("parses replies fed in pieces, nil as core.null, errors apart", function()
             local r = core.reader()
             assert.is_true(r:feed("*3\r\n:7\r\n$-1\r\n$2\r\nh"))
@@ -107,6 +126,15 @@ describe("redlock.core", function()
             local unpack = table.unpack or unpack -- luacheck: ignore 113
             assert.equal(100, c:command("RPUSH", k, unpack(args)))
             assert.equal("v100", c:command("LINDEX", k, -1))
+            c:close()
+        end)
+
+        it("sends a value longer than the stack buffer whole", function()
+            local c = core.conn(server:spec())
+            local k, v = helper.key(), string.rep("0123456789\0", 30000)
+            assert.equal("OK", c:command("SET", k, v))
+            assert.equal(v, c:command("GET", k))
+            assert.equal(1, c:command("DEL", k))
             c:close()
         end)
 
