@@ -305,7 +305,7 @@ static int push_closed(lua_State *L) {
 
 /* Pushes the outcome of a round trip. A top-level error reply gets a message
  * that starts with "server:" and names the server. */
-static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply *r) {
+static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply *r, int spread) {
     if (rc != OK)
         return push_failure(L, u, rc, stale);
     if (r->type == REDIS_REPLY_ERROR) {
@@ -314,7 +314,7 @@ static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply 
         freeReplyObject(r);
         return push_failure(L, u, E_SERVER, 0);
     }
-    return redlock_push_reply_free(L, r);
+    return redlock_push_reply_free(L, r, spread);
 }
 
 /* conn:command(arg, ...) */
@@ -329,7 +329,7 @@ static int conn_command(lua_State *L) {
         return luaL_error(L, "out of memory");
     rc = round_trip(u, argc, a.v, a.len, &r, &stale);
     redlock_argv_free(&a);
-    return push_outcome(L, u, rc, stale, r);
+    return push_outcome(L, u, rc, stale, r, 0);
 }
 
 static int is_noscript(const redisReply *r) {
@@ -351,8 +351,9 @@ static void format_count(char *out, int n) {
 
 /* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
  * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL,
- * which also loads it again for the next EVALSHA. */
-static int conn_eval(lua_State *L) {
+ * which also loads it again for the next EVALSHA. spread: see
+ * conn_eval_values. */
+static int eval(lua_State *L, int spread) {
     conn_ud *u = check_conn(L);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
@@ -391,8 +392,15 @@ static int conn_eval(lua_State *L) {
         rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
     }
     redlock_argv_free(&a);
-    return push_outcome(L, u, rc, stale, r);
+    return push_outcome(L, u, rc, stale, r, spread);
 }
+
+static int conn_eval(lua_State *L) { return eval(L, 0); }
+
+/* conn:eval_values(...): as eval, but an answer of 1 to 4 integers (what
+ * the lock scripts return) comes back as that many values: no table to
+ * make and collect on the path of every lock. */
+static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
 static int conn_close(lua_State *L) {
     conn_ud *u = check_conn(L);
@@ -547,6 +555,7 @@ void redlock_conn_open(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"command", conn_command},
         {"eval", conn_eval},
+        {"eval_values", conn_eval_values},
         {"close", conn_close},
         {"connected", conn_connected},
         {"name", conn_name},

@@ -65,43 +65,51 @@ void redlock_argv_free(redlock_argv *a) {
     a->len = NULL;
 }
 
-/* decimal digits of n */
-static size_t digits(size_t n) {
-    size_t d = 1;
-    while (n >= 10) {
-        n /= 10;
-        d++;
+/* writes n in decimal and "\r\n"; returns the end (a lock's counts have
+ * one or two digits) */
+static char *put_count(char *p, size_t n) {
+    if (n < 10) {
+        *p++ = (char)('0' + n);
+    } else if (n < 100) {
+        *p++ = (char)('0' + n / 10);
+        *p++ = (char)('0' + n % 10);
+    } else {
+        char tmp[24];
+        size_t i = 0;
+        do {
+            tmp[i++] = (char)('0' + n % 10);
+            n /= 10;
+        } while (n > 0);
+        while (i > 0)
+            *p++ = tmp[--i];
     }
-    return d;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
 }
 
-/* writes n in decimal and "\r\n"; returns the end */
-static char *put_count(char *p, size_t n) {
-    size_t d = digits(n), i;
-    for (i = d; i > 0; i--) {
-        p[i - 1] = (char)('0' + n % 10);
-        n /= 10;
-    }
-    p[d] = '\r';
-    p[d + 1] = '\n';
-    return p + d + 2;
-}
+/* the most bytes one argument of len bytes takes: "$", 20 digits at most,
+ * CRLF, the bytes, CRLF */
+#define ARG_MAX_BYTES(len) ((len) + 25)
 
 long redlock_encode(char *buf, size_t cap, int argc, const char **argv, const size_t *argvlen,
                     char **out) {
-    size_t total = 1 + digits((size_t)argc) + 2, len;
-    char *p;
+    size_t bound = ARG_MAX_BYTES(0), len;
+    char *start, *p;
     int i;
     for (i = 0; i < argc; i++) {
         len = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-        total += 1 + digits(len) + 2 + len + 2;
+        if (len > (size_t)LONG_MAX - bound - ARG_MAX_BYTES(0))
+            return -1;
+        bound += ARG_MAX_BYTES(len);
     }
-    if (total > (size_t)LONG_MAX)
+    /* one pass into room for the longest encoding, rather than a pass to
+     * size it exactly */
+    start = bound <= cap ? buf : (char *)malloc(bound);
+    if (start == NULL)
         return -1;
-    p = total <= cap ? buf : (char *)malloc(total);
-    if (p == NULL)
-        return -1;
-    *out = p;
+    *out = start;
+    p = start;
     *p++ = '*';
     p = put_count(p, (size_t)argc);
     for (i = 0; i < argc; i++) {
@@ -113,7 +121,7 @@ long redlock_encode(char *buf, size_t cap, int argc, const char **argv, const si
         *p++ = '\r';
         *p++ = '\n';
     }
-    return (long)total;
+    return (long)(p - start);
 }
 
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
@@ -199,7 +207,7 @@ static int reader_get(lua_State *L) {
         lua_pushboolean(L, 0);
         return 1;
     }
-    return redlock_push_reply_free(L, (redisReply *)reply);
+    return redlock_push_reply_free(L, (redisReply *)reply, 0);
 }
 
 static int reader_gc(lua_State *L) {

@@ -60,7 +60,7 @@ static int push_protected(lua_State *L) {
 /* The replies of the lock scripts (an integer, or a short array of
  * integers) are copied out and freed before anything is pushed: nothing can
  * then leak, so they skip the protected call of the general path. */
-static int push_ints_free(lua_State *L, redisReply *r) {
+static int push_ints_free(lua_State *L, redisReply *r, int spread) {
     long long v[4];
     size_t i, n;
     if (r->type == REDIS_REPLY_INTEGER) {
@@ -69,7 +69,7 @@ static int push_ints_free(lua_State *L, redisReply *r) {
         lua_pushinteger(L, (lua_Integer)v[0]);
         return 1;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements > 4)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements > 4 || (spread && r->elements == 0))
         return -1;
     n = r->elements;
     for (i = 0; i < n; i++) {
@@ -78,6 +78,11 @@ static int push_ints_free(lua_State *L, redisReply *r) {
         v[i] = r->element[i]->integer;
     }
     freeReplyObject(r);
+    if (spread) {
+        for (i = 0; i < n; i++)
+            lua_pushinteger(L, (lua_Integer)v[i]);
+        return (int)n;
+    }
     lua_createtable(L, (int)n, 0);
     for (i = 0; i < n; i++) {
         lua_pushinteger(L, (lua_Integer)v[i]);
@@ -86,8 +91,8 @@ static int push_ints_free(lua_State *L, redisReply *r) {
     return 1;
 }
 
-int redlock_push_reply_free(lua_State *L, redisReply *r) {
-    int top = lua_gettop(L), status, n = push_ints_free(L, r);
+int redlock_push_reply_free(lua_State *L, redisReply *r, int spread) {
+    int top = lua_gettop(L), status, n = push_ints_free(L, r, spread);
     if (n >= 0)
         return n;
     lua_pushcfunction(L, push_protected);

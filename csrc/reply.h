@@ -18,7 +18,8 @@
 int redlock_push_reply(lua_State *L, const redisReply *r);
 
 /* Same, but frees r even if pushing raises (nested arrays deep enough to
- * exhaust the stack, or out of memory). */
-int redlock_push_reply_free(lua_State *L, redisReply *r);
+ * exhaust the stack, or out of memory). spread: an array of 1 to 4 integers
+ * (a lock script's answer) is pushed as that many values, not a table. */
+int redlock_push_reply_free(lua_State *L, redisReply *r, int spread);
 
 #endif

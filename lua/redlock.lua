@@ -47,13 +47,14 @@ local CLOSED_MSG = "closed: the client is closed"
 
 local function closed() return nil, CLOSED_MSG, "closed" end
 
-local function check_key(fname, key)
+-- Raises for a key that is not a non-empty string. Callers test first
+-- (`type(key) ~= "string" or key == ""`) and call this only then: a call on
+-- every lock costs more than the test.
+local function bad_key(fname, key)
     if type(key) ~= "string" then
         error(format("bad argument #1 to '%s' (string expected, got %s)", fname, type(key)), 3)
     end
-    if key == "" then
-        error(format("bad argument #1 to '%s' (non-empty string expected)", fname), 3)
-    end
+    error(format("bad argument #1 to '%s' (non-empty string expected)", fname), 3)
 end
 
 -- The validity a lock has left after `ttl` counted from t0 (taken before the
@@ -107,7 +108,7 @@ local function new_lock(client, key, token, fence, ttl, t0)
         fence = fence,
         client = client,
         ttl = ttl,
-        expires = expiry(client, t0, ttl),
+        expires = t0 + ttl - (ttl * client.drift_factor + 2), -- expiry(), inline
         released = false,
         holds = 1,
     }, Lock)
@@ -127,8 +128,9 @@ local function acquire(client, key, o, wait, renew)
     local strategy, ttl = client.strategy, o.ttl
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals announce it to the releases, which then
-    -- wake it (ms it may wait at most; redlock.notify)
-    local waiting = wait_for and wait >= 1 and ms_string(ceil(wait)) or nil
+    -- wake it (waiting: ms it may wait at most, made at the first refusal;
+    -- redlock.notify)
+    local notified, waiting = wait_for and wait >= 1, nil
     local token = new_token()
     local start = now()
     local deadline = start + wait
@@ -159,7 +161,8 @@ local function acquire(client, key, o, wait, renew)
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
         end
-        if waiting and ms == nil then
+        if notified and waiting == nil then
+            waiting = ms_string(ceil(wait))
             ms = waiting
             t0 = now()
         else
@@ -170,7 +173,7 @@ local function acquire(client, key, o, wait, renew)
                 client.transport.sleep(delay < bound and delay or bound)
             end
             t0 = now()
-            if waiting then
+            if notified then
                 -- a waiter tries again: once it has waited long it asks to be
                 -- handed the lock next, for as long as it may still wait
                 again, ms = "1", waiting
@@ -192,7 +195,7 @@ end
 -- @treturn Lock|nil the lock, or nil, message, code
 --   (timeout, locked when wait is 0, connection, server, closed, no quorum)
 function Client:acquire(key, opts)
-    check_key("acquire", key)
+    if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
     if self.closed then return closed() end
     if self.renewer then dispatch(self) end
@@ -204,7 +207,7 @@ end
 -- @tparam[opt] table opts ttl
 -- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
 function Client:try_acquire(key, opts)
-    check_key("try_acquire", key)
+    if type(key) ~= "string" or key == "" then bad_key("try_acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
     if self.closed then return closed() end
     if self.renewer then dispatch(self) end
@@ -230,7 +233,7 @@ end
 -- @return true, fn's results; or nil, message, code
 function Client:with_lock(key, opts, fn)
     if fn == nil and callable(opts) then opts, fn = nil, opts end
-    check_key("with_lock", key)
+    if type(key) ~= "string" or key == "" then bad_key("with_lock", key) end
     if not callable(fn) then
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
             opts == nil and 2 or 3, type(fn)), 2)

@@ -43,6 +43,10 @@ local function intercept(client, hook)
             hook("EVALSHA", ...)
             return real:eval(...)
         end,
+        eval_values = function(_, ...)
+            hook("EVALSHA", ...)
+            return real:eval_values(...)
+        end,
     }, { __index = function(_, k) return function(_, ...) return real[k](real, ...) end end })
     return function() server.conn = real end
 end

@@ -22,6 +22,7 @@ local setmetatable, select, type, error, tostring, ipairs, pcall =
 local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
 local floor, max = math.floor, math.max
 local running = coroutine.running
+local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
 
@@ -289,6 +290,21 @@ function Conn:command(...) return command(self.server, ...) end
 
 function Conn:eval(name, nkeys, ...)
     return eval(self.server, check_script(name, nkeys, select("#", ...)), name, nkeys, ...)
+end
+
+-- core.conn's eval_values: an answer of 1 to 4 integers as that many values
+local function spread(r, ...)
+    if type(r) ~= "table" then return r, ... end
+    local n = #r
+    if n < 1 or n > 4 then return r end
+    for i = 1, n do
+        if type(r[i]) ~= "number" then return r end
+    end
+    return unpack(r, 1, n)
+end
+
+function Conn:eval_values(name, nkeys, ...)
+    return spread(self:eval(name, nkeys, ...))
 end
 
 --- Whether a connection is open for this caller now: in cosocket phases,

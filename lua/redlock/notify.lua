@@ -39,10 +39,12 @@ _M.RESERVE_MS = 200
 
 --- The companion keys of a lock key, in its hash slot: the wake-up list,
 -- the "next" mark, the hand-off list and the waiters set (see above).
+-- (WAITERS: the suffix, for the release that asks companion_key itself)
+_M.WAITERS = ":waiters"
 function _M.wake_key(key) return companion_key(key, ":wake") end
 function _M.next_key(key) return companion_key(key, ":next") end
 function _M.handoff_key(key) return companion_key(key, ":handoff") end
-function _M.waiters_key(key) return companion_key(key, ":waiters") end
+function _M.waiters_key(key) return companion_key(key, _M.WAITERS) end
 local wake_key, handoff_key = _M.wake_key, _M.handoff_key
 
 local function blpop(conn, key, ms, marked)

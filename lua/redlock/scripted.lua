@@ -12,11 +12,21 @@ local format = string.format
 
 local _M = { name = "script" }
 
-local function fence_key(key) return companion_key(key, ":fence") end
+-- (the hot paths ask companion_key with the suffix: one call less)
+local FENCE, WAITERS = ":fence", notify.WAITERS
+local function fence_key(key) return companion_key(key, FENCE) end
 _M.fence_key = fence_key
 
 local function unexpected(server, what, r)
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
+end
+
+-- conn:eval_values, sent once more on a connection the server had dropped
+-- (as Server:eval does)
+local function eval_values(conn, ...)
+    local a, b, c, stale = conn:eval_values(...)
+    if a == nil and stale then return conn:eval_values(...) end
+    return a, b, c
 end
 
 -- waiting (a string of ms): the caller may wait that long for a release
@@ -26,25 +36,31 @@ end
 -- be marked next for `waiting` ms; the mark is remembered on server for
 -- notify.wait.
 function _M.acquire(server, key, token, ttl, waiting, again)
-    local r, err, code, stale
+    -- the script answers {1, fence} (taken) or {0, pttl, marked} (refused),
+    -- as values; a failure is nil, message, code (, stale)
+    local conn, fkey, ttl_s = server.conn, companion_key(key, FENCE), ms_string(ttl)
+    local taken, v, marked, stale
     if not waiting then
-        -- the uncontended path: conn:eval as Server:eval would call it
-        local conn, fkey, ttl_s = server.conn, fence_key(key), ms_string(ttl)
-        r, err, code, stale = conn:eval("acquire", 2, key, fkey, token, ttl_s)
-        if r == nil and stale then r, err, code = conn:eval("acquire", 2, key, fkey, token, ttl_s) end
+        -- the uncontended path: the retry Server:eval would make, inline
+        taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+        if taken == nil and stale then
+            taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+        end
     elseif again then
-        r, err, code = server:eval("acquire", 4, key, fence_key(key), next_key(key), waiters_key(key),
-            token, ms_string(ttl), waiting, again)
+        taken, v, marked = eval_values(conn, "acquire", 4, key, fkey, next_key(key), waiters_key(key),
+            token, ttl_s, waiting, again)
     else
-        r, err, code = server:eval("acquire", 4, key, fence_key(key), next_key(key), waiters_key(key),
-            token, ms_string(ttl), waiting)
+        taken, v, marked = eval_values(conn, "acquire", 4, key, fkey, next_key(key), waiters_key(key),
+            token, ttl_s, waiting)
     end
-    if r == nil then return nil, err, code end
-    if type(r) ~= "table" then return unexpected(server, "acquire", r) end
     -- integers compared with ==: 0 is true in Lua
-    if r[1] == 1 then return true, r[2] end
-    server.marked = r[3] == 1 and key or nil
-    return false, r[2]
+    if taken == 1 and v then return true, v end
+    if taken == 0 and v then
+        server.marked = marked == 1 and key or nil
+        return false, v
+    end
+    if taken == nil then return nil, v, marked end
+    return unexpected(server, "acquire", taken)
 end
 
 function _M.release(server, key, token)
@@ -55,7 +71,7 @@ function _M.release(server, key, token)
     -- would lengthen every hold.
     local r, err, code, stale
     if server.woke_key ~= key then
-        local conn, wkey = server.conn, waiters_key(key)
+        local conn, wkey = server.conn, companion_key(key, WAITERS)
         r, err, code, stale = conn:eval("release", 2, key, wkey, token)
         if r == nil and stale then r, err, code = conn:eval("release", 2, key, wkey, token) end
         if r ~= 2 then
