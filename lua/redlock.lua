@@ -20,7 +20,7 @@ local quorum = require "redlock.quorum"
 local util = require "redlock.util"
 
 local now, new_token = core.now, core.token
-local show_key, jitter, pack, unpack = util.show_key, util.jitter, util.pack, util.unpack
+local show_key, jitter = util.show_key, util.jitter
 local ms_string = util.ms_string
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, ceil, max = string.format, math.floor, math.ceil, math.max
@@ -111,6 +111,10 @@ local function new_lock(client, key, token, fence, ttl, t0)
         expires = t0 + ttl - (ttl * client.drift_factor + 2), -- expiry(), inline
         released = false,
         holds = 1,
+        -- set when renewed (redlock.hold): made here, the fields cost no
+        -- rehash of the table then
+        renewal = false,
+        renewal_id = false,
     }, Lock)
 end
 
@@ -231,10 +235,25 @@ end
 -- @tparam[opt] table opts as for acquire
 -- @tparam function fn called as fn(lock)
 -- @return true, fn's results; or nil, message, code
+-- The end of with_lock, with fn's pcall results passed on as values (no
+-- table per call): on_lost runs before the release; fn's error, else
+-- on_lost's, is raised again after it.
+local function finish(client, lock, ok, ...)
+    local told, terr = true, nil
+    local r = client.renewer
+    if r and r:pending() then told, terr = pcall(dispatch, client) end
+    local released, rerr, rcode = lock:release()
+    if not ok then error((...), 0) end
+    if not told then error(terr, 0) end
+    if not released then return nil, rerr, rcode end
+    return true, ...
+end
+
 function Client:with_lock(key, opts, fn)
-    if fn == nil and callable(opts) then opts, fn = nil, opts end
+    -- (type() first: callable() is a call, and functions are the usual case)
+    if fn == nil and (type(opts) == "function" or callable(opts)) then opts, fn = nil, opts end
     if type(key) ~= "string" or key == "" then bad_key("with_lock", key) end
-    if not callable(fn) then
+    if type(fn) ~= "function" and not callable(fn) then
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
             opts == nil and 2 or 3, type(fn)), 2)
     end
@@ -243,16 +262,7 @@ function Client:with_lock(key, opts, fn)
     if self.renewer then dispatch(self) end
     local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
-    local result = pack(pcall(fn, lock))
-    local told, terr = true, nil
-    -- on_lost runs here, before the release
-    if self.renewer then told, terr = pcall(dispatch, self) end
-    local released, rerr, rcode = lock:release()
-    if not result[1] then error(result[2], 0) end
-    if not told then error(terr, 0) end
-    if not released then return nil, rerr, rcode end
-    result[1] = true
-    return unpack(result)
+    return finish(self, lock, pcall(fn, lock))
 end
 
 --- The lock mode a server runs in: "script", "legacy", or nil while mode

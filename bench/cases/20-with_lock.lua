@@ -1,4 +1,4 @@
--- with_lock with an empty fn: the cycle plus pcall, result packing, the
+-- with_lock with an empty fn: the cycle plus pcall, passing the results on, the
 -- release check and the renewal's registration. The plain cycle's round
 -- trips and commands.
 local cycle = dofile("bench/cases/10-cycle.lua")

@@ -66,9 +66,11 @@ end
 -- majority of servers not known to be legacy ("auto" ones that were down at
 -- the acquire count: they answer the script or fail like a down server).
 local function renewable(client)
-    local n, scripted = #client.servers, 0
-    for _, server in ipairs(client.servers) do
-        if server.ops.name ~= "legacy" then scripted = scripted + 1 end
+    local servers = client.servers
+    local n, scripted = #servers, 0
+    if n == 1 then return servers[1].ops.name ~= "legacy" end
+    for i = 1, n do
+        if servers[i].ops.name ~= "legacy" then scripted = scripted + 1 end
     end
     return scripted >= floor(n / 2) + 1
 end

@@ -1,5 +1,5 @@
 --- Small helpers shared by the redlock modules: key display, hash tags,
--- result packing and jitter. Internal.
+-- unpacking and jitter. Internal.
 local core = require "redlock.core"
 
 local byte, format, find, sub = string.byte, string.format, string.find, string.sub
@@ -7,15 +7,25 @@ local random_bytes = core.random_bytes
 
 local _M = {}
 
+-- The last key shown, and how: try_acquire on a held key builds a message
+-- with it on every refusal.
+local shown_key, shown_as = nil, nil
+
 --- A key as it appears in messages: quoted, non-printable bytes as \xHH,
 -- long keys cut, so a binary key never garbles a log line.
 function _M.show_key(key)
-    -- the usual key is printable and short: no gsub (try_acquire on a held
-    -- key builds this message on every refusal)
-    if #key <= 80 and not find(key, "[^%w%p ]") then return "'" .. key .. "'" end
-    local shown = key:gsub("[^%w%p ]", function(c) return format("\\x%02x", byte(c)) end)
-    if #shown > 80 then shown = sub(shown, 1, 77) .. "..." end
-    return "'" .. shown .. "'"
+    if key == shown_key then return shown_as end
+    local shown
+    -- the usual key is printable and short: no gsub
+    if #key <= 80 and not find(key, "[^%w%p ]") then
+        shown = "'" .. key .. "'"
+    else
+        shown = key:gsub("[^%w%p ]", function(c) return format("\\x%02x", byte(c)) end)
+        if #shown > 80 then shown = sub(shown, 1, 77) .. "..." end
+        shown = "'" .. shown .. "'"
+    end
+    shown_key, shown_as = key, shown
+    return shown
 end
 
 -- The key of a lock's companions (fence counter, wake-up list, ...) start
@@ -61,8 +71,8 @@ function _M.ms_string(ms)
     return str_a
 end
 
---- pack/unpack that keep trailing nils, on every Lua version.
-function _M.pack(...) return { n = select("#", ...), ... } end
+--- unpack of a table with its length in field n (trailing nils kept), on
+-- every Lua version.
 local unpack = table.unpack or unpack -- luacheck: ignore 143
 function _M.unpack(t) return unpack(t, 1, t.n) end
 
