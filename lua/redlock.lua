@@ -17,11 +17,13 @@ local hold = require "redlock.hold"
 local server_mod = require "redlock.server"
 local single = require "redlock.single"
 local quorum = require "redlock.quorum"
+local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
-local ms_string = util.ms_string
+local ms_string, companion_key = util.ms_string, util.companion_key
+local FENCE, WAITERS = scripted.FENCE, scripted.WAITERS
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, ceil, max = string.format, math.floor, math.ceil, math.max
 local dispatch = hold.dispatch
@@ -90,6 +92,8 @@ function _M.new(opts)
         servers = servers,
         drift_factor = o.drift_factor,
         strategy = #servers >= 2 and quorum or single,
+        -- the server of a single-instance client (see first_attempt)
+        one = #servers == 1 and servers[1] or nil,
         -- the servers' module: its sleep() waits between attempts
         transport = transport,
         closed = false,
@@ -101,8 +105,31 @@ local function call_opts(client, fname, opts)
     return options.check(fname, opts, client.opts, options.CALL)
 end
 
-local function new_lock(client, key, token, fence, ttl, t0)
-    return setmetatable({
+-- The first attempt: on one server in script mode, the request
+-- redlock.scripted makes for it, sent from here; else the strategy's. It is
+-- the whole way of an uncontended lock, and each layer in it costs more
+-- than its instructions (the code runs cold after every reply): going
+-- through redlock.single and redlock.scripted cost the cycle 2-3% of the
+-- floor's speed. What the answer means is still theirs.
+local function first_attempt(client, key, token, ttl)
+    local server = client.one
+    if not server or server.ops ~= scripted then
+        return client.strategy.acquire(client, key, token, ttl, nil, nil)
+    end
+    local conn, fkey, ttl_s = server.conn, companion_key(key, FENCE), ms_string(ttl)
+    local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    if taken == nil and stale then -- the retry Server:eval makes
+        taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    end
+    if taken == 1 and v then return true, v end
+    return single.acquired(server, scripted.answer(server, key, taken, v, marked))
+end
+
+-- A lock taken at t0 (before the request), with its renewal, re-entrant
+-- hold or on_lost when asked for (redlock.hold).
+local function taken(client, key, token, fence, o, renew, t0)
+    local ttl = o.ttl
+    local lock = setmetatable({
         key = key,
         token = token,
         fence = fence,
@@ -116,50 +143,33 @@ local function new_lock(client, key, token, fence, ttl, t0)
         renewal = false,
         renewal_id = false,
     }, Lock)
+    if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
+    return lock
 end
 
--- One attempt, or attempts until `wait` ms have passed. Between attempts
--- it blocks until the holder's release wakes it (strategy.wait, opts.notify)
--- or sleeps retry_delay plus jitter; either way never past the holder's
+-- An attempt that failed (not a refusal): its message, naming the key.
+local function failed(key, err, code)
+    return nil, format("%s (acquiring %s)", err, show_key(key)), code
+end
+
+-- After a refused first attempt (pttl, where: the holder's), attempts
+-- until `wait` ms have passed since start. Between attempts it blocks
+-- until the holder's release wakes it (strategy.wait, opts.notify) or
+-- sleeps retry_delay plus jitter; either way never past the holder's
 -- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
 -- newcomer beats waits again with what is left of its budget.
--- renew: whether the lock is renewed in the background (redlock.hold).
-local function acquire(client, key, o, wait, renew)
-    if o.reentrant then
-        local lock, err, code = hold.reenter(client, key, o, renew)
-        if lock or err then return lock, err, code end
-    end
+local function retry(client, key, o, wait, renew, token, start, pttl, where)
     local strategy, ttl = client.strategy, o.ttl
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals announce it to the releases, which then
-    -- wake it (waiting: ms it may wait at most, made at the first refusal;
-    -- redlock.notify)
-    local notified, waiting = wait_for and wait >= 1, nil
-    local token = new_token()
-    local start = now()
-    local deadline = start + wait
-    -- the first attempt is the plain one (the uncontended path); a
-    -- notified waiter refused by it asks again at once, joining the waiters
+    -- wake it (waiting: ms it may wait at most; redlock.notify); refused by
+    -- the plain first attempt, it asks again at once, joining the waiters
     -- this time, before it blocks
-    local t0, again, ms = start, nil, nil
+    local notified, waiting = wait_for and wait >= 1, nil
+    local deadline = start + wait
+    local again, ms, v = nil, nil, pttl
+    local t0 -- before each attempt
     while true do
-        local ok, v, where, why, why_code = strategy.acquire(client, key, token, ttl, ms, again)
-        if ok then
-            local lock = new_lock(client, key, token, v, ttl, t0)
-            if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
-            return lock
-        end
-        if ok == nil then
-            return nil, format("%s (acquiring %s)", v, show_key(key)), where
-        end
-        if wait == 0 then
-            -- a strategy may say why other than "locked" (Redlock: no quorum)
-            if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
-            -- (concatenation: try_acquire on a held key builds this every time)
-            return nil, "locked: " .. show_key(key) .. " is held by another owner on " .. where
-                .. (v >= 0 and " (expires in " .. floor(v) .. " ms)" or " (expires in never: no ttl)"),
-                "locked"
-        end
         local left = deadline - now()
         if left <= 0 then
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
@@ -186,7 +196,30 @@ local function acquire(client, key, o, wait, renew)
                 end
             end
         end
+        local ok
+        ok, v, where = strategy.acquire(client, key, token, ttl, ms, again)
+        if ok then return taken(client, key, token, v, o, renew, t0) end
+        if ok == nil then return failed(key, v, where) end
     end
+end
+
+-- One attempt, or attempts until `wait` ms have passed (see retry).
+-- renew: whether the lock is renewed in the background (redlock.hold).
+local function acquire(client, key, o, wait, renew)
+    if o.reentrant then
+        local lock, err, code = hold.reenter(client, key, o, renew)
+        if lock or err then return lock, err, code end
+    end
+    local token, start = new_token(), now()
+    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl)
+    if ok then return taken(client, key, token, v, o, renew, start) end
+    if ok == nil then return failed(key, v, where) end
+    if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where) end
+    -- a strategy may say why other than "locked" (Redlock: no quorum)
+    if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
+    -- (concatenation: try_acquire on a held key builds this every time)
+    return nil, "locked: " .. show_key(key) .. " is held by another owner on " .. where
+        .. (v >= 0 and " (expires in " .. floor(v) .. " ms)" or " (expires in never: no ttl)"), "locked"
 end
 
 --- A client, made by `new`: its servers, options and connections.
@@ -396,7 +429,26 @@ function Lock:release()
         return true
     end
     if self.renewal then hold.stop(self) end
-    local ok, where, code = client.strategy.release(client, self.key, self.token)
+    local ok, where, code
+    local server, key = client.one, self.key
+    if server and server.ops == scripted and server.woke_key ~= key then
+        -- one server in script mode: the two-key release of
+        -- redlock.scripted sent from here, as the first attempt is
+        local conn, wkey = server.conn, companion_key(key, WAITERS)
+        local r, err, c, stale = conn:eval("release", 2, key, wkey, self.token)
+        if r == nil and stale then r, err, c = conn:eval("release", 2, key, wkey, self.token) end
+        if r == 1 then
+            ok = true
+        elseif r == 2 then -- waiters: the six-key form wakes them
+            ok, where, code = single.released(server, scripted.release_waking(server, key, self.token))
+        elseif r == nil then
+            ok, where, code = single.released(server, nil, err, c)
+        else -- 0: the key is gone or holds another token
+            ok, where = single.released(server, false)
+        end
+    else
+        ok, where, code = client.strategy.release(client, key, self.token)
+    end
     if ok then
         self.released = true
         if self.owner ~= nil then hold.forget(self) end

@@ -14,6 +14,7 @@ local _M = { name = "script" }
 
 -- (the hot paths ask companion_key with the suffix: one call less)
 local FENCE, WAITERS = ":fence", notify.WAITERS
+_M.FENCE, _M.WAITERS = FENCE, WAITERS
 local function fence_key(key) return companion_key(key, FENCE) end
 _M.fence_key = fence_key
 
@@ -53,6 +54,13 @@ function _M.acquire(server, key, token, ttl, waiting, again)
         taken, v, marked = eval_values(conn, "acquire", 4, key, fkey, next_key(key), waiters_key(key),
             token, ttl_s, waiting)
     end
+    return _M.answer(server, key, taken, v, marked)
+end
+
+--- What the acquire script's answer (or the failure to get one) means:
+-- true, fence | false, pttl | nil, err, code. (redlock.lua sends the
+-- uncontended request of one server itself; see its acquire.)
+function _M.answer(server, key, taken, v, marked)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
@@ -69,17 +77,22 @@ function _M.release(server, key, token)
     -- release that woke waiters (3), the next one of the same key goes
     -- straight to the six-key form: under contention the extra round trip
     -- would lengthen every hold.
-    local r, err, code, stale
     if server.woke_key ~= key then
         local conn, wkey = server.conn, companion_key(key, WAITERS)
-        r, err, code, stale = conn:eval("release", 2, key, wkey, token)
+        local r, err, code, stale = conn:eval("release", 2, key, wkey, token)
         if r == nil and stale then r, err, code = conn:eval("release", 2, key, wkey, token) end
         if r ~= 2 then
             if r == nil then return nil, err, code end
             return r == 1
         end
     end
-    r, err, code = server:eval("release", 6, key, wake_key(key), next_key(key), handoff_key(key),
+    return _M.release_waking(server, key, token)
+end
+
+--- The six-key release, which wakes the waiters the two-key one answered 2
+-- for (see _M.release).
+function _M.release_waking(server, key, token)
+    local r, err, code = server:eval("release", 6, key, wake_key(key), next_key(key), handoff_key(key),
         fence_key(key), waiters_key(key), token, RESERVE)
     if r == nil then return nil, err, code end
     server.woke_key = r == 3 and key or nil

@@ -11,23 +11,35 @@
 --                                     (optional: without it, acquire polls)
 local _M = { name = "single" }
 
--- waiting, again: a notified waiter's (see redlock.scripted.acquire)
-function _M.acquire(client, key, token, ttl, waiting, again)
-    local server = client.servers[1]
-    -- the server's operations called directly: this is the path every
-    -- uncontended lock takes (Server:acquire does the same)
-    local ok, v, code = server.ops.acquire(server, key, token, ttl, waiting, again)
+--- The outcome of server's acquire operation as this strategy answers it:
+-- a refusal names the server, an error gets the mode note.
+local function acquired(server, ok, v, code)
     if ok then return true, v end
     if ok == false then return false, v, server:where() end
     return server:noted(ok, v, code)
 end
+_M.acquired = acquired
 
-function _M.release(client, key, token)
-    local server = client.servers[1]
-    local ok, err, code = server.ops.release(server, key, token)
+--- The same for a release.
+local function released(server, ok, err, code)
     if ok then return true end
     if ok == false then return false, server:where() end
     return server:noted(ok, err, code)
+end
+_M.released = released
+
+-- waiting, again: a notified waiter's (see redlock.scripted.acquire).
+-- (The server's operations are called directly, as Server:acquire would;
+-- redlock.lua makes the uncontended requests of a script-mode server
+-- itself, see its acquire.)
+function _M.acquire(client, key, token, ttl, waiting, again)
+    local server = client.servers[1]
+    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again))
+end
+
+function _M.release(client, key, token)
+    local server = client.servers[1]
+    return released(server, server.ops.release(server, key, token))
 end
 
 function _M.extend(client, key, token, ttl)
