@@ -235,7 +235,8 @@ function Client:acquire(key, opts)
     if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
     if self.closed then return closed() end
-    if self.renewer then dispatch(self) end
+    local renewer = self.renewer
+    if renewer and renewer:pending() then dispatch(self) end
     return acquire(self, key, o, o.wait, o.renew == true)
 end
 
@@ -247,7 +248,8 @@ function Client:try_acquire(key, opts)
     if type(key) ~= "string" or key == "" then bad_key("try_acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
     if self.closed then return closed() end
-    if self.renewer then dispatch(self) end
+    local renewer = self.renewer
+    if renewer and renewer:pending() then dispatch(self) end
     return acquire(self, key, o, 0, o.renew == true)
 end
 
@@ -273,8 +275,8 @@ end
 -- on_lost's, is raised again after it.
 local function finish(client, lock, ok, ...)
     local told, terr = true, nil
-    local r = client.renewer
-    if r and r:pending() then told, terr = pcall(dispatch, client) end
+    local renewer = client.renewer
+    if renewer and renewer:pending() then told, terr = pcall(dispatch, client) end
     local released, rerr, rcode = lock:release()
     if not ok then error((...), 0) end
     if not told then error(terr, 0) end
@@ -292,7 +294,8 @@ function Client:with_lock(key, opts, fn)
     end
     local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
     if self.closed then return closed() end
-    if self.renewer then dispatch(self) end
+    local renewer = self.renewer
+    if renewer and renewer:pending() then dispatch(self) end
     local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
     return finish(self, lock, pcall(fn, lock))
@@ -419,7 +422,8 @@ end
 function Lock:release()
     local client = self.client
     if client.closed then return closed() end
-    if client.renewer then dispatch(client) end
+    local renewer = client.renewer
+    if renewer and renewer:pending() then dispatch(client) end
     if self.released then return not_owner(self, "this client", "already released") end
     -- (a lock without renewal, re-entrance or a known loss skips hold's work)
     local lost = (self.renewal or self.lost_reason) and hold.renewal_lost(self)

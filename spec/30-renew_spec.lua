@@ -133,6 +133,22 @@ describe("renewal", function()
         assert.equal("someone-else", data:command("GET", key))
     end)
 
+    it("on_lost runs before the release: the key is deleted even when on_lost raises", function()
+        local key = helper.key()
+        local boom = {}
+        local ok, err = pcall(client.with_lock, client, key, {
+            ttl = 300, on_lost = function() error(boom) end,
+        }, function(lock)
+            data:command("DEL", key)
+            core.sleep(500) -- the renewal finds the token gone
+            -- our token back: a release must still delete it
+            data:command("SET", key, lock.token, "PX", 60000)
+        end)
+        assert.is_false(ok)
+        assert.equal(boom, err)
+        assert.equal(0, data:command("EXISTS", key))
+    end)
+
     it("renewal stops at max_hold, then the key expires on its own and the lock is lost", function()
         local key = helper.key()
         local why

@@ -48,7 +48,8 @@ end
 
 --- Runs the on_lost of every lock the renewal thread found lost since the
 -- last call. Cheap when nothing happened: one C call, or none for a client
--- that never renewed.
+-- that never renewed. (The hot paths in redlock.lua ask renewer:pending()
+-- themselves and call this only then: a Lua call is most of its cost.)
 function _M.dispatch(client)
     local r = client.renewer
     if r == nil or not r:pending() then return end
