@@ -336,19 +336,6 @@ static int is_noscript(const redisReply *r) {
     return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* n >= 0 in decimal (numkeys: snprintf is a measurable part of a call) */
-static void format_count(char *out, int n) {
-    char tmp[12];
-    int i = 0;
-    do {
-        tmp[i++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n > 0);
-    while (i > 0)
-        *out++ = tmp[--i];
-    *out = '\0';
-}
-
 /* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
  * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL,
  * which also loads it again for the next EVALSHA. spread: see
@@ -374,7 +361,7 @@ static int eval(lua_State *L, int spread) {
     argv = a.v;
     argvlen = a.len;
     argc++; /* numkeys, formatted here rather than as a Lua string per call */
-    format_count(nkeys_s, nkeys);
+    *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = s->sha;

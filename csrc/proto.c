@@ -65,9 +65,7 @@ void redlock_argv_free(redlock_argv *a) {
     a->len = NULL;
 }
 
-/* writes n in decimal and "\r\n"; returns the end (a lock's counts have
- * one or two digits) */
-static char *put_count(char *p, size_t n) {
+char *redlock_put_decimal(char *p, size_t n) {
     if (n < 10) {
         *p++ = (char)('0' + n);
     } else if (n < 100) {
@@ -83,6 +81,12 @@ static char *put_count(char *p, size_t n) {
         while (i > 0)
             *p++ = tmp[--i];
     }
+    return p;
+}
+
+/* n in decimal and "\r\n"; returns the end */
+static char *put_count(char *p, size_t n) {
+    p = redlock_put_decimal(p, n);
     *p++ = '\r';
     *p++ = '\n';
     return p;

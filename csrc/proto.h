@@ -31,6 +31,11 @@ typedef struct {
 int redlock_argv_init(lua_State *L, int first, int argc, int prefix, redlock_argv *a);
 void redlock_argv_free(redlock_argv *a);
 
+/* Writes n in decimal at p (no terminator: at most 20 bytes); returns the
+ * end. snprintf would be a measurable part of a lock's call; a lock's
+ * counts have one or two digits. */
+char *redlock_put_decimal(char *p, size_t n);
+
 /* The RESP bytes of one command (argvlen NULL: C strings), written into
  * buf when they fit in cap bytes, else into memory from malloc that the
  * caller frees; *out says which. Returns the length, or -1 when out of

@@ -31,10 +31,12 @@ static int declares_huge_array(const uint8_t *data, size_t size) {
     return 0;
 }
 
+/* (reply, spread): both ways a reply is pushed (conn:eval, conn:eval_values) */
 static int convert(lua_State *L) {
     redisReply *r = (redisReply *)lua_touserdata(L, 1);
+    int spread = lua_toboolean(L, 2);
     lua_settop(L, 0);
-    return redlock_push_reply_free(L, r);
+    return redlock_push_reply_free(L, r, spread);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -52,8 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         while (redisReaderGetReply(reader, &reply) == REDIS_OK && reply != NULL) {
             lua_pushcfunction(L, convert);
             lua_pushlightuserdata(L, reply);
+            lua_pushboolean(L, (int)(size & 1));
             /* convert owns and frees the reply, even when pushing raises */
-            (void)lua_pcall(L, 1, LUA_MULTRET, 0);
+            (void)lua_pcall(L, 2, LUA_MULTRET, 0);
             lua_settop(L, 0);
             reply = NULL;
         }
