@@ -71,7 +71,28 @@ typedef struct {
     slot *slots;
     const char *cmd, *alt; /* EVALSHA (or the command), and EVAL */
     long cmdlen, altlen;
+    /* for the EVAL form, made on the first NOSCRIPT only (it carries the
+     * whole script): the script and the arguments, prefix slots included */
+    const redlock_script *script;
+    const char **argv;
+    size_t *argvlen;
+    int argc;
 } batch;
+
+/* The EVAL form of the batch's script (see batch); 0, or -1 when out of
+ * memory. */
+static int encode_eval(batch *b) {
+    char *alt = NULL;
+    b->argv[0] = "EVAL";
+    b->argvlen[0] = 4;
+    b->argv[1] = b->script->source;
+    b->argvlen[1] = strlen(b->script->source);
+    b->altlen = redlock_encode(NULL, 0, b->argc, b->argv, b->argvlen, &alt);
+    if (b->altlen < 0)
+        return -1;
+    b->alt = alt;
+    return 0;
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -216,10 +237,11 @@ static void take_replies(batch *b, slot *s) {
             freeReplyObject(r);
             continue;
         }
-        if (b->alt != NULL && !s->evaled && is_noscript(r)) {
+        if (b->script != NULL && !s->evaled && is_noscript(r)) {
             freeReplyObject(r);
             s->evaled = 1;
-            if (redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK) {
+            if ((b->alt == NULL && encode_eval(b) != 0) ||
+                redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK) {
                 fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
                 return;
             }
@@ -455,15 +477,11 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     }
     b.cmdlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
     b.cmd = b.cmdlen < 0 ? NULL : cmd;
-    if (script != NULL) {
-        argv[0] = "EVAL";
-        argvlen[0] = 4;
-        argv[1] = script->source;
-        argvlen[1] = strlen(script->source);
-        b.altlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
-        b.alt = b.altlen < 0 ? NULL : cmd;
-    }
-    if (b.slots == NULL || b.cmd == NULL || (script != NULL && b.alt == NULL)) {
+    b.script = script;
+    b.argv = argv;
+    b.argvlen = argvlen;
+    b.argc = argc + prefix;
+    if (b.slots == NULL || b.cmd == NULL) {
         free_batch(&b, argv, argvlen);
         return luaL_error(L, "out of memory");
     }
