@@ -259,17 +259,6 @@ local function callable(f)
     return mt and mt.__call ~= nil
 end
 
---- Runs `fn(lock)` while holding the lock on `key`, then releases it.
--- The lock is renewed in the background while fn runs (opts.renew, default
--- true here), up to opts.max_hold.
--- Returns true and every result of fn; nil, message, code when the lock
--- could not be taken (fn is not called) or was lost before the release
--- ("not owner"). If fn raises, the lock is released and the same error
--- value is raised again (as is an error raised by opts.on_lost).
--- @tparam string key
--- @tparam[opt] table opts as for acquire
--- @tparam function fn called as fn(lock)
--- @return true, fn's results; or nil, message, code
 -- The end of with_lock, with fn's pcall results passed on as values (no
 -- table per call): on_lost runs before the release; fn's error, else
 -- on_lost's, is raised again after it.
@@ -284,6 +273,17 @@ local function finish(client, lock, ok, ...)
     return true, ...
 end
 
+--- Runs `fn(lock)` while holding the lock on `key`, then releases it.
+-- The lock is renewed in the background while fn runs (opts.renew, default
+-- true here), up to opts.max_hold.
+-- Returns true and every result of fn; nil, message, code when the lock
+-- could not be taken (fn is not called) or was lost before the release
+-- ("not owner"). If fn raises, the lock is released and the same error
+-- value is raised again (as is an error raised by opts.on_lost).
+-- @tparam string key
+-- @tparam[opt] table opts as for acquire
+-- @tparam function fn called as fn(lock)
+-- @return true, fn's results; or nil, message, code
 function Client:with_lock(key, opts, fn)
     -- (type() first: callable() is a call, and functions are the usual case)
     if fn == nil and (type(opts) == "function" or callable(opts)) then opts, fn = nil, opts end

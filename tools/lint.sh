@@ -1,5 +1,5 @@
 #!/bin/sh
-# Lint: luacheck, cppcheck and clang-tidy, each one test; ends with the
+# Lint: luacheck, cppcheck, clang-tidy and ldoc, each one test; ends with the
 # "N passed, M failed" line.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,5 +24,8 @@ check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,
 # shellcheck disable=SC2086
 check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 $LUA_CFLAGS 2>&1 |
     grep -E '(warning|error):' && exit 1 || exit 0"
+# the reference `make docs` builds: a doc comment that no longer matches
+# its function is an error
+check ldoc sh -c 'd=$(mktemp -d) && ldoc --fatalwarnings -d "$d" . >/dev/null; rc=$?; rm -rf "$d"; exit $rc'
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
