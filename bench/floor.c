@@ -11,6 +11,10 @@
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
  *                  cycle, without the fence counter
  *           held   EVALSHA acquire on a key another token holds: refused
+ *           legacy legacy mode's cycle (servers without scripting), one
+ *                  command per round trip as the library sends them:
+ *                  WATCH, GET, MULTI, SETNX "<expiry ms>:<token>", PEXPIRE,
+ *                  INCR fence, EXEC; WATCH, GET, MULTI, DEL, EXEC
  *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
  *           library makes them (shows what that system call costs)
  *   With several servers every request goes to all of them before any reply
@@ -203,7 +207,43 @@ static void check_each(redisReply **replies, int type, long long integer, const 
             die(what, "unexpected reply");
 }
 
-typedef enum { CYCLE, SETNX, HELD } mode;
+typedef enum { CYCLE, SETNX, HELD, LEGACY } mode;
+
+/* One command of legacy mode's cycle on every server; dies unless every
+ * reply has the type expected. */
+static void step(int argc, const char **argv, int type, redisReply **replies) {
+    int i;
+    fan_out(argc, argv, NULL, replies);
+    for (i = 0; i < nservers; i++)
+        if (replies[i]->type != type)
+            die(argv[0], "unexpected reply");
+    free_all(replies);
+}
+
+static void legacy_cycle(const char *key, const char *fence_key, const char *ttl,
+                         const char *token) {
+    redisReply *replies[MAX_SERVERS];
+    struct timespec ts;
+    char value[64];
+    const char *watch[2] = {"WATCH", key}, *get[2] = {"GET", key}, *multi[1] = {"MULTI"};
+    const char *setnx[3] = {"SETNX", key, value}, *pexpire[3] = {"PEXPIRE", key, ttl};
+    const char *incr[2] = {"INCR", fence_key}, *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(value, sizeof value, "%lld:%s",
+             (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + atoll(ttl), token);
+    step(2, watch, REDIS_REPLY_STATUS, replies);
+    step(2, get, REDIS_REPLY_NIL, replies);
+    step(1, multi, REDIS_REPLY_STATUS, replies);
+    step(3, setnx, REDIS_REPLY_STATUS, replies); /* QUEUED */
+    step(3, pexpire, REDIS_REPLY_STATUS, replies);
+    step(2, incr, REDIS_REPLY_STATUS, replies);
+    step(1, exec, REDIS_REPLY_ARRAY, replies);
+    step(2, watch, REDIS_REPLY_STATUS, replies);
+    step(2, get, REDIS_REPLY_STRING, replies);
+    step(1, multi, REDIS_REPLY_STATUS, replies);
+    step(2, del, REDIS_REPLY_STATUS, replies);
+    step(1, exec, REDIS_REPLY_ARRAY, replies);
+}
 
 static void one_op(mode m, const char *key, const char *fence_key, const char *ttl,
                    unsigned long long seq) {
@@ -219,6 +259,10 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
         snprintf(token, sizeof token, "%016llx%016llx", raw[0], raw[1]);
     } else {
         snprintf(token, sizeof token, "%016llx%016llx", token_prefix, seq);
+    }
+    if (m == LEGACY) {
+        legacy_cycle(key, fence_key, ttl, token);
+        return;
     }
     if (m == SETNX) {
         fan_out(6, set, NULL, replies);
@@ -264,8 +308,10 @@ int main(int argc, char **argv) {
         m = SETNX;
     else if (strcmp(mode_name, "held") == 0)
         m = HELD;
+    else if (strcmp(mode_name, "legacy") == 0)
+        m = LEGACY;
     else
-        die("unknown mode (cycle, setnx, held)", mode_name);
+        die("unknown mode (cycle, setnx, held, legacy)", mode_name);
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
