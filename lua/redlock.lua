@@ -456,7 +456,11 @@ function Lock:release()
     if ok then
         self.released = true
         if self.owner ~= nil then hold.forget(self) end
-        if lost then return not_owner(self, where, "lost: " .. lost) end
+        -- (deleted, but the renewal had found it gone meanwhile: a success
+        -- names no server, so name the one there is, or this client)
+        if lost then
+            return not_owner(self, server and server:where() or "this client", "lost: " .. lost)
+        end
         return true
     end
     if ok == false then
