@@ -1,3 +1,5 @@
+-- plain output: the tools that read it are not terminals
+color = false
 std = "max"
 max_line_length = 110
 files["spec"] = { std = "+busted", max_line_length = 130 }
