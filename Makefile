@@ -17,7 +17,7 @@ CORE        := $(BUILD)/redlock/core.so
 	bench bench-deps bench-redlock bench-contended \
 	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
-build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/forktest.so
+build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
@@ -27,6 +27,11 @@ $(CORE): $(SRCS) $(HDRS) Makefile
 $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -pthread -Icsrc -o $@ spec/c/token_fork.c csrc/token.c $(LDFLAGS)
+
+# A C program for spec/01: the encoder's size check, with made-up lengths.
+$(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/resp.c csrc/resp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ spec/c/encode_bound.c csrc/resp.c $(LDFLAGS)
 
 # A Lua module for spec/04: fork() a process that has used a client.
 $(BUILD)/tests/forktest.so: spec/c/forktest.c Makefile

@@ -51,6 +51,7 @@ build = {
             "csrc/proto.c",
             "csrc/renew.c",
             "csrc/reply.c",
+            "csrc/resp.c",
             "csrc/script.c",
             "csrc/sha1.c",
             "csrc/token.c",

@@ -22,6 +22,7 @@
 #include <hiredis/sds.h>
 
 #include "proto.h"
+#include "resp.h"
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"

@@ -40,6 +40,7 @@
 
 #include "conn.h"
 #include "proto.h"
+#include "resp.h"
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"

@@ -1,7 +1,6 @@
 /* The protocol without a socket: command encoding and a reply reader, so
  * that a host with its own sockets (nginx cosockets) speaks through the same
  * code as hiredis' blocking connections. */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +9,7 @@
 #include "compat.h"
 #include "proto.h"
 #include "reply.h"
+#include "resp.h"
 
 #define READER_MT "redlock.reader"
 
@@ -63,69 +63,6 @@ void redlock_argv_free(redlock_argv *a) {
     }
     a->v = NULL;
     a->len = NULL;
-}
-
-char *redlock_put_decimal(char *p, size_t n) {
-    if (n < 10) {
-        *p++ = (char)('0' + n);
-    } else if (n < 100) {
-        *p++ = (char)('0' + n / 10);
-        *p++ = (char)('0' + n % 10);
-    } else {
-        char tmp[24];
-        size_t i = 0;
-        do {
-            tmp[i++] = (char)('0' + n % 10);
-            n /= 10;
-        } while (n > 0);
-        while (i > 0)
-            *p++ = tmp[--i];
-    }
-    return p;
-}
-
-/* n in decimal and "\r\n"; returns the end */
-static char *put_count(char *p, size_t n) {
-    p = redlock_put_decimal(p, n);
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-/* the most bytes one argument of len bytes takes: "$", 20 digits at most,
- * CRLF, the bytes, CRLF */
-#define ARG_MAX_BYTES(len) ((len) + 25)
-
-long redlock_encode(char *buf, size_t cap, int argc, const char **argv, const size_t *argvlen,
-                    char **out) {
-    size_t bound = ARG_MAX_BYTES(0), len;
-    char *start, *p;
-    int i;
-    for (i = 0; i < argc; i++) {
-        len = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-        if (len > (size_t)LONG_MAX - bound - ARG_MAX_BYTES(0))
-            return -1;
-        bound += ARG_MAX_BYTES(len);
-    }
-    /* one pass into room for the longest encoding, rather than a pass to
-     * size it exactly */
-    start = bound <= cap ? buf : (char *)malloc(bound);
-    if (start == NULL)
-        return -1;
-    *out = start;
-    p = start;
-    *p++ = '*';
-    p = put_count(p, (size_t)argc);
-    for (i = 0; i < argc; i++) {
-        len = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-        *p++ = '$';
-        p = put_count(p, len);
-        memcpy(p, argv[i], len);
-        p += len;
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-    return (long)(p - start);
 }
 
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,

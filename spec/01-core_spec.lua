@@ -78,6 +78,19 @@ describe("redlock.core", function()
             assert.equal(resp(9, 10, 99, 100, 1e15), core.encode(9, 10, 99, 100, 1e15))
         end)
 
+        it("refuses a command whose size would pass LONG_MAX, sums that wrap included", function()
+            -- made-up lengths no Lua string could have: spec/c/encode_bound.c
+            local build = os.getenv("REDLOCK_BUILD") or "build"
+            local out = helper.read_cmd(build .. "/tests/encode_bound; echo rc=$?")
+            local passed = 0
+            for line in out:gmatch("[^\n]+") do
+                assert.not_matches("^not ok", line)
+                if line:match("^ok %d") then passed = passed + 1 end
+            end
+            assert.equal(5, passed)
+            assert.matches("rc=0", out)
+        end)
+
         it("parses replies fed in pieces, nil as core.null, errors apart", function()
             local r = core.reader()
             assert.is_true(r:feed("*3\r\n:7\r\n$-1\r\n$2\r\nh"))
