@@ -15,7 +15,7 @@ CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-redlock bench-contended \
-	test-unit test-lint test-sanitize test-valgrind test-fuzz-smoke test-matrix
+	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
 
@@ -42,8 +42,9 @@ deps:
 	@sh tools/deps.sh
 
 # Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
-# the specs against an ASan+UBSan build, the core's specs under valgrind,
-# a short fuzz run, and the specs under every interpreter (test-matrix).
+# the C at 32 bits, the specs against an ASan+UBSan build, the core's specs
+# under valgrind, a short fuzz run, and the specs under every interpreter
+# (test-matrix).
 # Ends with "N passed, M failed".
 test: deps build build-jit
 	@sh tools/test-all.sh
@@ -54,6 +55,11 @@ check test-unit: deps build build-jit
 
 lint test-lint: deps
 	@sh tools/lint.sh
+
+# The C where size_t and long are 32 bits: csrc/ compiled with -m32, the
+# encoder's size check run there (under qemu-i386 if the kernel runs no i386).
+test-m32: deps
+	@sh tools/test-m32.sh
 
 # The specs against an ASan+UBSan build of the core, loaded into the stock
 # lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
