@@ -59,7 +59,7 @@ lint test-lint: deps
 # The C where size_t and long are 32 bits: csrc/ compiled with -m32, the
 # encoder's size check run there (under qemu-i386 if the kernel runs no i386).
 test-m32: deps
-	@sh tools/test-m32.sh
+	@CC="$(CC)" WARN="$(WARN)" BUILD="$(BUILD)" sh tools/test-m32.sh
 
 # The specs against an ASan+UBSan build of the core, loaded into the stock
 # lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
