@@ -65,7 +65,10 @@ describe("options", function()
         assert.is_nil(tostring(err):find("s3cret", 1, true))
         for _, url in ipairs { "redis://s3cret@host:notaport", "redis://u:s3cret@h/x", "redis://:s3cret@",
                                "redis://a:b@s3cret@h:0", "redis://a:b@s3cret@h:6379",
-                               "redis://user:pa/s3cret@host:1", "redis://u:s3cret/x@h" } do
+                               "redis://user:pa/s3cret@host:1", "redis://u:s3cret/x@h",
+                               -- schemes that are not letters only, and none
+                               "redis+sentinel://u:s3cret@h:1/m", "rediss2://u:s3cret@h",
+                               "u:s3cret@h:6379", "s3cret@h" } do
             err = raises("bad option 'servers'", function() redlock.new { servers = { url } } end)
             assert.is_nil(tostring(err):find("s3cret", 1, true), err)
         end

@@ -120,11 +120,15 @@ local function unescape(s)
     return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
 end
 
--- A URL fit for an error message: everything up to the last '@' goes (a
--- lone word before '@' is a password too, and a password may hold '/' or
--- '@' when it was not %-encoded).
+-- A URL fit for an error message: everything between the scheme and the
+-- last '@' goes (a lone word before '@' is a password too, and a password
+-- may hold '/' or '@' when it was not %-encoded), whatever the scheme
+-- (RFC 3986: a letter, then letters, digits, '+', '-', '.'; "rediss",
+-- "redis+sentinel") or none at all.
 local function redact(url)
-    return (gsub(url, "^(%a+://).*@", "%1***@"))
+    if not find(url, "@", 1, true) then return url end
+    local scheme = match(url, "^%a[%w+.-]*://") or ""
+    return scheme .. "***@" .. match(url, "^.*@(.*)$")
 end
 
 local function bad_url(url, why)
