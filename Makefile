@@ -3,7 +3,11 @@ LUA_VERSION ?= 5.4
 # LUA_VERSION=jit: LuaJIT (OpenResty's luajit2, the one nginx's Lua module uses)
 LUA_PC      := $(if $(filter jit,$(LUA_VERSION)),luajit,lua$(LUA_VERSION))
 LUA         ?= $(LUA_PC)
-LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I/usr/include/$(LUA_PC))
+# Without pkg-config (Debian's build-essential does not bring it), the
+# headers' Debian directory: LuaJIT's are in luajit-2.1, not luajit.
+LUA_INCDIR  := $(firstword $(wildcard $(if $(filter jit,$(LUA_VERSION)),/usr/include/luajit-2.1 \
+	/usr/include/luajit-2.0) /usr/include/$(LUA_PC)) /usr/include/$(LUA_PC))
+LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR))
 HIREDIS_LIBS ?= $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 BUILD       ?= build
 CC          ?= cc

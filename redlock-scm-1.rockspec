@@ -37,6 +37,7 @@ build = {
       ["redlock.notify"] = "lua/redlock/notify.lua",
       ["redlock.options"] = "lua/redlock/options.lua",
       ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
+      ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",
       ["redlock.server"] = "lua/redlock/server.lua",

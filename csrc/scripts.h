@@ -86,7 +86,9 @@
  * longest-blocked BLPOP waiter (after a hand-off, that one tries, fails and
  * marks itself next, so every waiter gets its turn), or to the next waiter
  * to BLPOP within that second (a release between a waiter's failed attempt
- * and its BLPOP is not lost).
+ * and its BLPOP is not lost). The key is also published on the channel
+ * "redlock:wake", for the waiters inside nginx, which cannot block on a
+ * connection each: one subscriber per worker wakes them (redlock.ngx_wait).
  * Callers passing one key get neither (plain compare-and-delete). */
 #define REDLOCK_SCRIPT_RELEASE                                              \
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
@@ -110,6 +112,7 @@
     "redis.call('DEL', KEYS[2])\n"                                          \
     "redis.call('RPUSH', KEYS[2], '1')\n"                                   \
     "redis.call('PEXPIRE', KEYS[2], 1000)\n"                                \
+    "redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                      \
     "return 3\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.

@@ -166,9 +166,13 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
     -- the plain first attempt, it asks again at once, joining the waiters
     -- this time, before it blocks
     local notified, waiting = wait_for and wait >= 1, nil
+    -- only a waiter that blocks on the hand-off list (redlock.notify) asks
+    -- to be marked next: a hand-off to one that polls, or that a subscriber
+    -- wakes (redlock.ngx_wait), would leave the key idle until it looks
+    local hands_off = client.transport.hands_off
     local deadline = start + wait
     local again, ms, v = nil, nil, pttl
-    local t0 -- before each attempt
+    local t0 = start -- before each attempt
     while true do
         local left = deadline - now()
         if left <= 0 then
@@ -182,7 +186,8 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
         else
             local bound = left
             if v >= 0 and v + 1 < bound then bound = v + 1 end
-            if not (wait_for and wait_for(client, key, bound)) then
+            local blocked = wait_for and wait_for(client, key, bound, t0)
+            if not blocked then
                 local delay = o.retry_delay + jitter(o.retry_jitter)
                 client.transport.sleep(delay < bound and delay or bound)
             end
@@ -191,7 +196,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
                 -- a waiter tries again: once it has waited long it asks to be
                 -- handed the lock next, for as long as it may still wait
                 again, ms = "1", waiting
-                if t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
+                if hands_off and blocked and t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
                     again, ms = "2", format("%d", ceil(deadline - t0))
                 end
             end

@@ -12,6 +12,7 @@
 -- does not define come from redlock.server. Internal.
 local core = require "redlock.core"
 local blocking = require "redlock.server"
+local ngx_wait = require "redlock.ngx_wait"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
@@ -352,9 +353,38 @@ function _M.new(spec, mode, o)
     return self
 end
 
---- Waiting for a release: a blocking BLPOP has no place in an nginx
--- worker, so waiters poll with ngx.sleep (nil: the caller sleeps).
-function Server.wait() return nil end
+--- A connection of its own (never pooled), with AUTH and SELECT done, whose
+-- reads time out after read_ms: redlock.ngx_wait's subscriber. Returns
+-- sock, reader; or nil, message.
+function _M.open(server, read_ms)
+    local sock, err = ngx.socket.tcp()
+    if not sock then return nil, tostring(err) end
+    sock:settimeouts(server.connect_timeout, server.timeout, read_ms)
+    local ok
+    if server.path then
+        ok, err = sock:connect(server.path)
+    else
+        ok, err = sock:connect(server.host, server.port)
+    end
+    if not ok then return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err)) end
+    local rd = new_reader()
+    ok, err = setup(server, sock, rd, server.timeout)
+    if not ok then
+        sock:close()
+        return nil, err
+    end
+    return sock, rd
+end
+
+--- Waiting for a release: a blocking BLPOP per waiter has no place in an
+-- nginx worker; one subscriber per worker wakes its waiters instead
+-- (redlock.ngx_wait). nil: the caller sleeps (polls) this time.
+-- since: when the attempt that failed was sent (core.now()).
+function Server:wait(key, ms, since)
+    -- (legacy mode's releases publish nothing: its waiters poll)
+    if not self.ops.wait or not yieldable() then return nil end
+    return ngx_wait.wait(self, key, ms, since)
+end
 
 --- The renewal thread (csrc/renew.c) runs outside the event loop with
 -- blocking connections of its own: it copies the hiredis server's settings.

@@ -86,7 +86,8 @@ function Server:release(key, token) return noted(self, self.ops.release(self, ke
 function Server:extend(key, token, ttl) return noted(self, self.ops.extend(self, key, token, ttl)) end
 
 --- Waits for a release of key, at most ms: true when it waited (notified
--- waiting), nil when these ops cannot and the caller must sleep.
+-- waiting), nil when these ops cannot and the caller must sleep. (since,
+-- when the failed attempt was sent, serves redlock.cosocket's wait.)
 function Server:wait(key, ms)
     local wait = self.ops.wait
     if wait then return wait(self, key, ms) end
@@ -104,6 +105,9 @@ end
 
 -- For redlock.cosocket, whose servers inherit these methods.
 _M.Server = Server
+--- Its waiters block on the hand-off list too (redlock.notify), so they may
+-- ask to be marked next.
+_M.hands_off = true
 --- How this transport waits between attempts: a blocking sleep (ms).
 _M.sleep = core.sleep
 --- How this transport asks several servers at once (redlock.quorum):

@@ -6,7 +6,7 @@
 --                                     | nil, err, code
 --   release(client, key, token)      -> true | false, where | nil, err, code
 --   extend(client, key, token, ttl)  -> true | false, where | nil, err, code
---   wait(client, key, ms)            -> true (waited for a release, or ms)
+--   wait(client, key, ms, since)     -> true (waited for a release, or ms)
 --                                     | nil (cannot: the caller sleeps)
 --                                     (optional: without it, acquire polls)
 local _M = { name = "single" }
@@ -49,8 +49,8 @@ function _M.extend(client, key, token, ttl)
     return ok, err, code
 end
 
-function _M.wait(client, key, ms)
-    return client.servers[1]:wait(key, ms)
+function _M.wait(client, key, ms, since)
+    return client.servers[1]:wait(key, ms, since)
 end
 
 return _M

@@ -1,0 +1,183 @@
+--- Notified waiting inside nginx. Internal.
+--
+-- Outside nginx a waiter blocks in BLPOP on a connection of its own
+-- (redlock.notify); a worker serving thousands of requests cannot hold a
+-- connection per waiting request. Here, each worker keeps one subscriber
+-- per server, started by the first waiter: a timer that SUBSCRIBEs to the
+-- channel the release script publishes the lock key on when it wakes
+-- waiters (csrc/scripts.h, RELEASE), and wakes that worker's waiters of the
+-- key through an ngx.semaphore. A release thus wakes a waiter within a
+-- round trip instead of a poll interval, and a waiting request holds no
+-- connection.
+--
+-- The subscriber wakes one waiter of the key per message and worker; the
+-- waiter tries again, and a newcomer may beat it (no hand-off: a waiter here
+-- never asks to be marked next, see redlock.lua's retry). Until the
+-- subscriber has subscribed, and whenever it has lost its connection, wait
+-- answers nil and the caller polls (retry_delay plus jitter): never worse
+-- than polling. A release seen after the waiter's last attempt, but before
+-- it came to wait, makes wait answer at once. The subscriber stops after
+-- IDLE_MS without waiters, when its worker exits, and on a connection it
+-- lost it reconnects while there are waiters.
+local core = require "redlock.core"
+
+local ngx = rawget(_G, "ngx")
+local now, encode = core.now, core.encode
+local PING = encode("PING")
+local next, pairs, type = next, pairs, type
+
+local _M = {}
+
+--- The channel (csrc/scripts.h's RELEASE publishes on it).
+_M.CHANNEL = "redlock:wake"
+--- A subscriber without waiters for this long stops (ms).
+_M.IDLE_MS = 30000
+--- How often a subscriber PINGs its server (ms).
+local TICK_MS = 1000
+--- After a failed connect, the subscriber tries again after this (ms).
+local RECONNECT_MS = 200
+--- How long a release is remembered for waiters that come to wait late.
+local REMEMBER_MS = 1000
+
+-- Phases in which ngx.semaphore's wait may yield.
+local CAN_WAIT = {
+    rewrite = true, access = true, content = true, timer = true,
+    ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true,
+}
+
+-- This worker's subscribers, by server (its pool name: address, database,
+-- credentials). Each: server, running, stopping, ready, ready_at, waiting (key ->
+-- { sema, n }), woken and woken_old (key -> ms of the last release seen),
+-- swapped_at, idle_since.
+local subscribers = {}
+
+local function wake_all(sub)
+    for _, w in pairs(sub.waiting) do w.sema:post(w.n) end
+end
+
+local function remember(sub, key)
+    local t = now()
+    if t - sub.swapped_at > REMEMBER_MS then
+        sub.woken_old, sub.woken, sub.swapped_at = sub.woken, {}, t
+    end
+    sub.woken[key] = t
+    local w = sub.waiting[key]
+    if w then w.sema:post(1) end
+end
+
+-- Reads messages until the connection fails, or until the answer to a
+-- PING sent once the subscriber stops.
+local function listen(sub, sock, rd)
+    while true do
+        local data = sock:receiveany(16384)
+        if not data then return end
+        rd:feed(data)
+        while true do
+            local v = rd:get()
+            if v == false then break end
+            if type(v) == "table" then
+                if v[1] == "message" and type(v[3]) == "string" then
+                    remember(sub, v[3])
+                elseif v[1] == "pong" and sub.stopping then
+                    return
+                end
+            end
+        end
+    end
+end
+
+local function subscribe(sock, rd)
+    local ok, err = sock:send(encode("SUBSCRIBE", _M.CHANNEL))
+    if not ok then return nil, err end
+    while true do
+        local v = rd:get()
+        if v ~= false then return type(v) == "table" and v[1] == "subscribe" end
+        local data
+        data, err = sock:receiveany(16384)
+        if not data then return nil, err end
+        rd:feed(data)
+    end
+end
+
+-- While a light thread reads, this one PINGs every TICK_MS: a read never
+-- times out on a quiet channel (nginx would log each timeout as an error),
+-- a dead server is noticed, and the reader learns that the subscriber
+-- stops (worker exiting, nobody waiting for IDLE_MS).
+local function tick(sub, sock)
+    while true do
+        ngx.sleep(TICK_MS / 1000)
+        if ngx.worker.exiting() or (sub.idle_since and now() - sub.idle_since > _M.IDLE_MS) then
+            sub.stopping = true
+        end
+        if not sock:send(PING) or sub.stopping then return end
+    end
+end
+
+local function run(premature, sub)
+    local open = require("redlock.cosocket").open
+    -- the reader gives up on a server silent for three ticks
+    local read_ms = 3 * TICK_MS + sub.server.timeout
+    while not premature do
+        local sock, rd = open(sub.server, read_ms)
+        if sock then
+            if subscribe(sock, rd) then
+                sub.ready, sub.ready_at = true, now()
+                local reader = ngx.thread.spawn(listen, sub, sock, rd)
+                tick(sub, sock)
+                ngx.thread.wait(reader)
+                sub.ready = false
+            end
+            sock:close()
+            -- a release may have come while nobody listened: look again
+            wake_all(sub)
+        end
+        if sub.stopping or ngx.worker.exiting() or next(sub.waiting) == nil then break end
+        ngx.sleep(RECONNECT_MS / 1000)
+    end
+    sub.running, sub.ready, sub.stopping = false, false, false
+    wake_all(sub)
+end
+
+local function subscriber(server)
+    local id = server.pool or server.name
+    local sub = subscribers[id]
+    if not sub then
+        sub = { server = server, running = false, stopping = false, ready = false, ready_at = 0, waiting = {},
+            woken = {}, woken_old = {}, swapped_at = 0, idle_since = nil }
+        subscribers[id] = sub
+    end
+    return sub
+end
+
+--- Waits until a release of key is published or ms pass: true; nil when
+-- it cannot wait that way yet (the caller polls). since: when the failed
+-- attempt was sent (core.now()); a release after it answers at once.
+function _M.wait(server, key, ms, since)
+    if not CAN_WAIT[ngx.get_phase()] then return nil end
+    local sub = subscriber(server)
+    if not sub.running then
+        local ok = ngx.timer.at(0, run, sub)
+        if ok then sub.running, sub.idle_since = true, now() end
+        return nil
+    end
+    -- a release between the attempt and the subscription is not seen
+    if not sub.ready or not since or since < sub.ready_at then return nil end
+    local seen = sub.woken[key] or sub.woken_old[key]
+    if seen and seen >= since then return true end
+    local w = sub.waiting[key]
+    if not w then
+        w = { sema = require("ngx.semaphore").new(), n = 0 }
+        sub.waiting[key] = w
+    end
+    w.n = w.n + 1
+    sub.idle_since = nil
+    w.sema:wait(ms / 1000)
+    w.n = w.n - 1
+    if w.n == 0 then
+        sub.waiting[key] = nil
+        if next(sub.waiting) == nil then sub.idle_since = now() end
+    end
+    return true
+end
+
+return _M
