@@ -6,7 +6,13 @@ local helper = require "helper"
 local core = require "redlock.core"
 local nginx = require "openresty.nginx"
 
+-- nginx runs its own LuaJIT with build/jit's core whatever runs busted:
+-- these specs run once, in the suite under Lua 5.4 with the default build
+-- (not again under the other interpreters, nor against the ASan build).
 local missing = nginx.missing()
+if not missing and ((os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" or os.getenv("REDLOCK_BUILD")) then
+    missing = "nginx's specs run in the Lua 5.4 suite"
+end
 local JIT_CORE = "build/jit/redlock/core.so"
 
 -- The test's own lines in the example's nginx.conf (its markers).
@@ -15,6 +21,7 @@ local HTTP = [[init_worker_by_lua_block { require("probe").init_worker() }]]
 local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
+        location = /notified { content_by_lua_block { require("probe").notified() } }
         location = /incr_legacy { content_by_lua_block { require("probe").incr_legacy() } }
         location = /incr_redlock { content_by_lua_block { require("probe").incr_redlock() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
@@ -154,6 +161,73 @@ describe("OpenResty (nginx + Lua module)", function()
         end)
     end)
 
+    describe("the README's nginx.conf", function()
+        local readme_ngx
+        teardown(function()
+            if readme_ngx then readme_ngx:stop() end
+        end)
+
+        -- the README's configuration, with this repository, a free port and
+        -- the test's Redis in place of its /path/to/redlock, 8080 and 6379
+        local function readme_conf(port)
+            local text = assert(nginx.read("README.md"))
+            local conf = assert(text:match("%*%*nginx%.conf%*%*.-```nginx\n(.-)```"), "no nginx.conf in README")
+            local repo = nginx.read_cmd("pwd"):gsub("%s+$", "")
+            local n
+            conf = conf:gsub("/path/to/redlock", repo)
+            conf, n = conf:gsub("listen 127%.0%.0%.1:8080;", "listen 127.0.0.1:" .. port .. ";")
+            assert.equal(1, n)
+            conf, n = conf:gsub("port = 6379", "port = " .. redis.port)
+            assert.equal(1, n)
+            -- workers run as nobody: where it cannot read the repository (a
+            -- clone under /root), the README says to set `user`
+            if not nginx.read_cmd("su -s /bin/sh nobody -c " .. helper.quote("test -r " .. helper.quote(
+                repo .. "/lua/redlock.lua") .. " && echo readable") .. " 2>/dev/null"):find("readable") then
+                conf = "user root;\n" .. conf
+            end
+            return conf
+        end
+
+        it("passes nginx -t and sells: 200 requests, 20 at a time, each get the lock, no lost update", function()
+            readme_ngx = nginx.start_conf(readme_conf, true)
+            assert.matches("test is successful", readme_ngx.tested)
+            data:command("SET", "stock:sku-42", "1000")
+            local dir = helper.fresh_dir("curl")
+            local out = nginx.read_cmd(string.format("curl -s --no-progress-meter "
+                .. "--parallel --parallel-max 20 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
+                helper.quote(dir .. "/r#1"), helper.quote(readme_ngx:url("/sell?i=[1-200]"))))
+            local codes = {}
+            for code in out:gmatch("%d+") do codes[#codes + 1] = code end
+            assert.equal(200, #codes)
+            local seen = {}
+            for i = 1, 200 do
+                local body = nginx.read(dir .. "/r" .. i)
+                -- the default client with wait = 3000: a 503 is a timeout
+                assert.equal("200", codes[i], body)
+                local left = assert(tonumber(body), body)
+                assert.is_nil(seen[left], "stock " .. left .. " answered twice")
+                seen[left] = true
+            end
+            assert.equal("800", data:command("GET", "stock:sku-42"))
+            assert.equal(0, data:command("EXISTS", "lock:stock:sku-42"))
+            assert.same({}, readme_ngx:errors())
+            readme_ngx:stop()
+            readme_ngx = nil
+        end)
+
+        it("builds for nginx's LuaJIT with pkg-config absent from PATH", function()
+            local bin, build = helper.fresh_dir("bin"), helper.fresh_dir("build")
+            local out = nginx.read_cmd(string.format("for f in /usr/bin/*; do case ${f##*/} in "
+                .. "*pkg-config*|*pkgconf*) ;; *) ln -s \"$f\" %s/ ;; esac; done; "
+                .. "PATH=%s sh -c 'command -v pkg-config || echo no-pkg-config; "
+                .. "make -s LUA_VERSION=jit BUILD=%s %s/redlock/core.so 2>&1; echo rc=$?'",
+                bin, bin, build, build))
+            assert.matches("no%-pkg%-config", out)
+            assert.matches("rc=0", out, 1, true)
+            assert.truthy(io.open(build .. "/redlock/core.so"), out)
+        end)
+    end)
+
     describe("1 worker", function()
         setup(function() ngx_server = start(redis, 1, redlock_ports) end)
         teardown(function()
@@ -186,6 +260,27 @@ describe("OpenResty (nginx + Lua module)", function()
             body, code = waiter.wait()
             assert.equal(200, code, body)
             assert.equal("1", body)
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("a release wakes a waiting request through the worker's subscriber, not a poll", function()
+            local key = helper.key("notified")
+            local holder = ngx_server:bg("/hold?key=" .. key .. "&ms=1500")
+            for _ = 1, 250 do
+                if data:command("EXISTS", "lock:" .. key) == 1 then break end
+                helper.sleep(20)
+            end
+            -- the worker's first waiter starts its subscriber, and polls
+            local body = ngx_server:get("/notified?key=" .. key .. "&wait=50")
+            assert.matches("^timeout", body)
+            -- this one's polling would sleep until its wait of 3 s is over
+            -- (retry_delay 10 s, the holder's ttl 5 s): once the holder has
+            -- released, the lock would stay free until then
+            local waiter = ngx_server:bg("/notified?key=" .. key .. "&wait=3000&hold=1500")
+            assert.equal("released", (holder.wait()))
+            helper.sleep(500)
+            assert.equal(1, data:command("EXISTS", "lock:" .. key)) -- the woken waiter holds it
+            assert.equal("taken", (waiter.wait()))
             assert.same({}, ngx_server:errors())
         end)
 

@@ -56,7 +56,7 @@ local function group_alive(pgid)
         pgid))
 end
 
-local function render(self, template, vars)
+local function render(template, vars)
     local function fill(text)
         return (text:gsub("@(%u[%u_]*)@", function(name)
             local v = vars[name]
@@ -71,46 +71,42 @@ local function render(self, template, vars)
     if vars.LUA_PATH then
         conf = conf:gsub('lua_package_path "', 'lua_package_path "' .. fill(vars.LUA_PATH):gsub("%%", "%%%%"), 1)
     end
-    local f = assert(io.open(self.dir .. "/nginx.conf", "w"))
-    f:write(conf)
-    f:close()
+    return conf
 end
 
+-- The README's command line: everything under the prefix self.dir.
 local function nginx_cmd(self, extra)
-    return string.format("nginx -p %s/ -c %s/nginx.conf -e %s/error.log %s", self.dir, self.dir,
-        self.dir, extra)
+    return string.format("nginx -p %s/ -c nginx.conf -e error.log %s", self.dir, extra)
 end
 
---- Starts nginx. opts: workers, redis (a helper server), http, server,
--- init (text for the template's @HTTP@, @SERVER@ and @INIT@ markers),
--- lua_path (put before the template's lua_package_path).
-function _M.start(opts)
-    local repo = read_cmd("pwd"):gsub("%s+$", "")
-    local template = assert(read(repo .. "/examples/openresty/nginx.conf"))
+-- Starts nginx on a free port: conf(port) gives the configuration's text.
+-- Runs `nginx -t` first (its output in self.tested); then nginx as the
+-- README says, prefix and error log in a fresh directory. Then waits for
+-- its /health, unless no_health (the master listens before it writes its
+-- pid file: requests wait in the backlog for a worker).
+local function start_conf(conf, no_health)
     local self = setmetatable({ dir = helper.fresh_dir("nginx") }, Nginx)
     for _ = 1, 10 do
         self.port = random_port()
         -- a try that found its port taken leaves its complaint there
         os.remove(self.dir .. "/error.log")
-        render(self, template, {
-            PREFIX = self.dir, REPO = repo, PORT = self.port, WORKERS = opts.workers or 1,
-            REDIS_HOST = "127.0.0.1", REDIS_PORT = opts.redis.port,
-            USER = read_cmd("id -u"):match("^0%s") and "user root;" or "",
-            HTTP = opts.http or "", SERVER = opts.server or "", INIT = opts.init or "",
-            LUA_PATH = opts.lua_path,
-        })
+        local f = assert(io.open(self.dir .. "/nginx.conf", "w"))
+        f:write(conf(self.port))
+        f:close()
+        self.tested = read_cmd(nginx_cmd(self, "-t 2>&1; echo rc=$?"))
+        if not self.tested:find("rc=0", 1, true) then error("nginx -t failed:\n" .. self.tested) end
         -- daemon: the master calls setsid, so its pid is the group of all
-        if sh(nginx_cmd(self, "-g 'daemon on;' >>" .. self.dir .. "/start.log 2>&1")) then
+        if sh(nginx_cmd(self, ">>" .. self.dir .. "/start.log 2>&1")) then
             for _ = 1, 100 do
                 self.pid = (read(self.dir .. "/nginx.pid") or ""):match("%d+")
                 if self.pid then break end
                 helper.sleep(20)
             end
             if self.pid then
-                local f = assert(io.open(self.dir .. "/stop", "w"))
+                f = assert(io.open(self.dir .. "/stop", "w"))
                 f:write("kill -KILL -- -", self.pid, " 2>/dev/null\n")
                 f:close()
-                if self:wait_ready() then return self end
+                if no_health or self:wait_ready() then return self end
             end
         end
         self:stop()
@@ -118,6 +114,25 @@ function _M.start(opts)
     end
     error("nginx did not start:\n" .. (read(self.dir .. "/start.log") or "") ..
         (read(self.dir .. "/error.log") or ""))
+end
+_M.start_conf = start_conf
+
+--- Starts nginx with examples/openresty/nginx.conf. opts: workers, redis (a
+-- helper server), http, server, init (text for the template's @HTTP@,
+-- @SERVER@ and @INIT@ markers), lua_path (put before the template's
+-- lua_package_path).
+function _M.start(opts)
+    local repo = read_cmd("pwd"):gsub("%s+$", "")
+    local template = assert(read(repo .. "/examples/openresty/nginx.conf"))
+    return start_conf(function(port)
+        return render(template, {
+            REPO = repo, PORT = port, WORKERS = opts.workers or 1,
+            REDIS_HOST = "127.0.0.1", REDIS_PORT = opts.redis.port,
+            USER = read_cmd("id -u"):match("^0%s") and "user root;" or "",
+            HTTP = opts.http or "", SERVER = opts.server or "", INIT = opts.init or "",
+            LUA_PATH = opts.lua_path,
+        })
+    end)
 end
 
 function Nginx:url(path) return string.format("http://127.0.0.1:%d%s", self.port, path) end

@@ -90,6 +90,22 @@ function _M.hold()
     ngx.say(ok and "released" or rerr)
 end
 
+--- GET /notified?key=K&wait=MS&hold=MS: waits up to `wait` ms for lock:K
+-- with a client whose polling would sleep 10 s between attempts
+-- (retry_delay): only a wake-up from the worker's subscriber makes it try
+-- before its wait is over. Holds the lock `hold` ms, releases it, answers
+-- "taken"; or the error.
+function _M.notified()
+    local r = counter.redis
+    local client = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait) }
+    local lock, err = client:acquire("lock:" .. ngx.var.arg_key)
+    if not lock then return ngx.say(err) end
+    ngx.sleep((tonumber(ngx.var.arg_hold) or 0) / 1000)
+    lock:release()
+    ngx.say("taken")
+end
+
 -- WATCH, GET, MULTI, SET, EXEC on one server, with sleeps between, as
 -- legacy mode runs them: every step must reach the same connection.
 local function transaction(server, key, value)
