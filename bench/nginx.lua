@@ -1,0 +1,84 @@
+--- Benchmark: contention inside nginx. N requests on one key, C at a time
+-- (curl --parallel), each holding the lock HOLD_MS (ngx.sleep) over 4
+-- workers: requests/s and the wait for the lock (p50, p99, max), for the
+-- default client (a release wakes a waiter through its worker's
+-- subscriber, redlock.ngx_wait) and for notify = false (polling with the
+-- default retry_delay), in the same run, against one redis-server and one
+-- nginx of its own (spec/openresty/nginx.lua starts examples/openresty).
+--   make bench-nginx     (N=400 C=20 HOLD_MS=3 ROUNDS=3)
+local helper = require "helper"
+local nginx = require "openresty.nginx"
+local core = require "redlock.core"
+
+local format = string.format
+local function env(name, default) return tonumber(os.getenv(name)) or default end
+local N, C, HOLD_MS, ROUNDS = env("N", 400), env("C", 20), env("HOLD_MS", 3), env("ROUNDS", 3)
+
+local missing = nginx.missing()
+if missing then
+    print("bench-nginx: skipped: " .. missing)
+    os.exit(0)
+end
+
+local redis = helper.start_server()
+local server = nginx.start {
+    workers = 4, redis = redis, lua_path = "@REPO@/bench/openresty/?.lua;",
+    server = [[location = /contend { content_by_lua_block { require("contend").contend() } }]],
+}
+
+local function percentile(sorted, p)
+    return sorted[math.max(1, math.ceil(#sorted * p))]
+end
+
+-- One run: requests/s, waits (sorted), failures.
+local function run(notify)
+    local dir = helper.fresh_dir("curl")
+    local key = helper.key("bench")
+    local url = server:url(format("/contend?key=%s&notify=%d&ms=%d&i=[1-%d]", key, notify and 1 or 0,
+        HOLD_MS, N))
+    local t0 = core.now()
+    local out = nginx.read_cmd(format("curl -s --no-progress-meter --parallel --parallel-max %d "
+        .. "--max-time 60 -o %s -w '%%{http_code}\\n' %s", C, helper.quote(dir .. "/r#1"), helper.quote(url)))
+    local secs = (core.now() - t0) / 1000
+    local waits, failed = {}, 0
+    local i = 0
+    for code in out:gmatch("%d+") do
+        i = i + 1
+        local body = nginx.read(dir .. "/r" .. i) or ""
+        if code == "200" and tonumber(body) then waits[#waits + 1] = tonumber(body) else failed = failed + 1 end
+    end
+    table.sort(waits)
+    return N / secs, waits, failed
+end
+
+local function median(t)
+    local s = {}
+    for i, v in ipairs(t) do s[i] = v end
+    table.sort(s)
+    return s[math.ceil(#s / 2)]
+end
+
+print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under the lock; "
+    .. "median of %d rounds", N, C, HOLD_MS, ROUNDS))
+local rows = { { name = "default (notified)", notify = true }, { name = "notify = false (polling)", notify = false } }
+for _, row in ipairs(rows) do row.rps, row.p50, row.p99, row.max, row.failed = {}, {}, {}, {}, 0 end
+run(true) -- warm-up: connections, the workers' subscribers
+for _ = 1, ROUNDS do
+    for _, row in ipairs(rows) do -- interleaved: the machine's noise hits both
+        local rps, waits, failed = run(row.notify)
+        row.rps[#row.rps + 1] = rps
+        row.p50[#row.p50 + 1] = percentile(waits, 0.5) or 0
+        row.p99[#row.p99 + 1] = percentile(waits, 0.99) or 0
+        row.max[#row.max + 1] = waits[#waits] or 0
+        row.failed = row.failed + failed
+    end
+end
+print(format("%-26s %10s %10s %10s %10s %8s", "", "req/s", "wait p50", "wait p99", "wait max", "failed"))
+for _, row in ipairs(rows) do
+    print(format("%-26s %10.0f %8.1fms %8.1fms %8.1fms %8d", row.name, median(row.rps), median(row.p50),
+        median(row.p99), median(row.max), row.failed))
+end
+print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx", median(rows[1].rps) / median(rows[2].rps),
+    median(rows[1].p99) / median(rows[2].p99)))
+server:stop()
+helper.stop_all()

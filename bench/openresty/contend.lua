@@ -1,0 +1,39 @@
+--- The handler of `make bench-nginx` (bench/nginx.lua), loaded into nginx
+-- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N takes
+-- lock:K (waiting up to 10 s), holds it N ms, releases it, and answers the
+-- ms it waited for it.
+local redlock = require "redlock"
+local counter = require "counter"
+local core = require "redlock.core"
+
+local ngx = ngx
+local now, format, tonumber = core.now, string.format, tonumber
+
+local _M = {}
+local clients = {}
+
+local function client(notify)
+    local c = clients[notify]
+    if not c then
+        local r = counter.redis
+        c = redlock.new { servers = { { host = r.host, port = r.port } }, wait = 10000, notify = notify }
+        clients[notify] = c
+    end
+    return c
+end
+
+function _M.contend()
+    local c = client(ngx.var.arg_notify ~= "0")
+    local t0 = now()
+    local lock, err = c:acquire("lock:" .. ngx.var.arg_key)
+    local waited = now() - t0
+    if not lock then
+        ngx.status = 503
+        return ngx.say(err)
+    end
+    ngx.sleep((tonumber(ngx.var.arg_ms) or 3) / 1000)
+    lock:release()
+    ngx.say(format("%.3f", waited))
+end
+
+return _M
