@@ -7,3 +7,4 @@ exclude_files = { "build", ".luarocks" }
 -- code that runs inside nginx's Lua module
 files["spec/openresty"] = { std = "+ngx_lua" }
 files["examples/openresty"] = { std = "+ngx_lua" }
+files["bench/openresty"] = { std = "+ngx_lua" }

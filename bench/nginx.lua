@@ -45,7 +45,11 @@ local function run(notify)
     for code in out:gmatch("%d+") do
         i = i + 1
         local body = nginx.read(dir .. "/r" .. i) or ""
-        if code == "200" and tonumber(body) then waits[#waits + 1] = tonumber(body) else failed = failed + 1 end
+        if code == "200" and tonumber(body) then
+            waits[#waits + 1] = tonumber(body)
+        else
+            failed = failed + 1
+        end
     end
     table.sort(waits)
     return N / secs, waits, failed
@@ -60,7 +64,10 @@ end
 
 print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under the lock; "
     .. "median of %d rounds", N, C, HOLD_MS, ROUNDS))
-local rows = { { name = "default (notified)", notify = true }, { name = "notify = false (polling)", notify = false } }
+local rows = {
+    { name = "default (notified)", notify = true },
+    { name = "notify = false (polling)", notify = false },
+}
 for _, row in ipairs(rows) do row.rps, row.p50, row.p99, row.max, row.failed = {}, {}, {}, {}, 0 end
 run(true) -- warm-up: connections, the workers' subscribers
 for _ = 1, ROUNDS do
@@ -78,7 +85,7 @@ for _, row in ipairs(rows) do
     print(format("%-26s %10.0f %8.1fms %8.1fms %8.1fms %8d", row.name, median(row.rps), median(row.p50),
         median(row.p99), median(row.max), row.failed))
 end
-print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx", median(rows[1].rps) / median(rows[2].rps),
-    median(rows[1].p99) / median(rows[2].p99)))
+print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx",
+    median(rows[1].rps) / median(rows[2].rps), median(rows[1].p99) / median(rows[2].p99)))
 server:stop()
 helper.stop_all()

@@ -366,7 +366,9 @@ function _M.open(server, read_ms)
     else
         ok, err = sock:connect(server.host, server.port)
     end
-    if not ok then return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err)) end
+    if not ok then
+        return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err))
+    end
     local rd = new_reader()
     ok, err = setup(server, sock, rd, server.timeout)
     if not ok then
