@@ -315,7 +315,7 @@ int main(int argc, char **argv) {
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
-    snprintf(fence_key, sizeof fence_key, "{%s}:fence", key);
+    snprintf(fence_key, sizeof fence_key, "redlock:fence"); /* one per server */
     for (; optind < argc; optind++) {
         if (nservers == MAX_SERVERS)
             die("too many servers", NULL);

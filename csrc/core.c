@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "fanout.h"
 #include "proc.h"
+#include "slot.h"
 #include "proto.h"
 #include "renew.h"
 #include "reply.h"
@@ -108,6 +109,7 @@ int luaopen_redlock_core(lua_State *L) {
     redlock_proto_open(L);
     redlock_renew_open(L);
     redlock_proc_open(L);
+    redlock_slot_open(L);
     redlock_pushnull(L);
     lua_setfield(L, -2, "null");
     push_scripts(L);

@@ -22,8 +22,8 @@ local util = require "redlock.util"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
-local ms_string, companion_key = util.ms_string, util.companion_key
-local FENCE, WAITERS = scripted.FENCE, scripted.WAITERS
+local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
+local WAITERS = scripted.WAITERS
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, ceil, max = string.format, math.floor, math.ceil, math.max
 local dispatch = hold.dispatch
@@ -111,12 +111,13 @@ end
 -- than its instructions (the code runs cold after every reply): going
 -- through redlock.single and redlock.scripted cost the cycle 2-3% of the
 -- floor's speed. What the answer means is still theirs.
-local function first_attempt(client, key, token, ttl)
+-- unfenced: fence = false (no counter touched, no fence answered).
+local function first_attempt(client, key, token, ttl, unfenced)
     local server = client.one
-    if not server or server.ops ~= scripted then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil)
+    if not server or server.ops ~= scripted or unfenced then
+        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced)
     end
-    local conn, fkey, ttl_s = server.conn, companion_key(key, FENCE), ms_string(ttl)
+    local conn, fkey, ttl_s = server.conn, fence_counter(key), ms_string(ttl)
     local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
@@ -132,7 +133,7 @@ local function taken(client, key, token, fence, o, renew, t0)
     local lock = setmetatable({
         key = key,
         token = token,
-        fence = fence,
+        fence = o.fence and fence or nil,
         client = client,
         ttl = ttl,
         expires = t0 + ttl - (ttl * client.drift_factor + 2), -- expiry(), inline
@@ -159,7 +160,7 @@ end
 -- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
 -- newcomer beats waits again with what is left of its budget.
 local function retry(client, key, o, wait, renew, token, start, pttl, where)
-    local strategy, ttl = client.strategy, o.ttl
+    local strategy, ttl, unfenced = client.strategy, o.ttl, not o.fence
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals announce it to the releases, which then
     -- wake it (waiting: ms it may wait at most; redlock.notify); refused by
@@ -202,7 +203,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
             end
         end
         local ok
-        ok, v, where = strategy.acquire(client, key, token, ttl, ms, again)
+        ok, v, where = strategy.acquire(client, key, token, ttl, ms, again, unfenced)
         if ok then return taken(client, key, token, v, o, renew, t0) end
         if ok == nil then return failed(key, v, where) end
     end
@@ -216,7 +217,7 @@ local function acquire(client, key, o, wait, renew)
         if lock or err then return lock, err, code end
     end
     local token, start = new_token(), now()
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl)
+    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence)
     if ok then return taken(client, key, token, v, o, renew, start) end
     if ok == nil then return failed(key, v, where) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where) end
@@ -448,7 +449,7 @@ function Lock:release()
         if r == nil and stale then r, err, c = conn:eval("release", 2, key, wkey, self.token) end
         if r == 1 then
             ok = true
-        elseif r == 2 then -- waiters: the six-key form wakes them
+        elseif r == 2 then -- waiters: the five-key form wakes them
             ok, where, code = single.released(server, scripted.release_waking(server, key, self.token))
         elseif r == nil then
             ok, where, code = single.released(server, nil, err, c)

@@ -145,30 +145,23 @@ describe("single-instance locks", function()
         assert.equal(0, lock:remaining())
     end)
 
-    it("fence tokens strictly increase per key", function()
-        local key = helper.key()
-        local last = 0
-        for _ = 1, 20 do
-            local lock = assert(client:acquire(key))
+    it("fence tokens strictly increase, across keys too, and start at the server's clock", function()
+        local t = data:command("TIME")
+        local last = tonumber(t[1]) * 1048576 -- 2^-20 s units
+        for i = 1, 20 do
+            local lock = assert(client:acquire(i % 2 == 0 and helper.key() or "fence-spec-key"))
             assert.equal("number", type(lock.fence))
-            assert.is_true(lock.fence > last)
+            assert.is_true(lock.fence > last, lock.fence .. " after " .. last)
             last = lock.fence
             lock:release()
         end
-        local other = assert(client:acquire(helper.key()))
-        assert.equal(1, other.fence)
-        other:release()
     end)
 
-    it("keeps the fence counter in the lock key's hash slot", function()
-        local key = helper.key("{user:1}:job")
-        local lock = assert(client:acquire(key))
-        assert.equal(tostring(lock.fence), data:command("GET", key .. ":fence"))
+    it("keeps one fence counter per server, not a key per name", function()
+        local lock = assert(client:acquire(helper.key("{user:1}:job")))
+        assert.equal(string.format("%.0f", lock.fence), data:command("GET", "redlock:fence"))
         lock:release()
-        local plain = helper.key()
-        lock = assert(client:acquire(plain))
-        assert.equal(tostring(lock.fence), data:command("GET", "{" .. plain .. "}:fence"))
-        lock:release()
+        assert.equal(0, data:command("EXISTS", "{user:1}:job:fence"))
     end)
 
     it("works with binary keys", function()

@@ -183,16 +183,21 @@ describe("connections", function()
         local build = os.getenv("REDLOCK_BUILD") or "build"
         local forktest = assert(package.loadlib(build .. "/tests/forktest.so", "luaopen_forktest"))()
 
-        -- n acquire/release cycles on key; the fence must count up by one
-        -- each time (nobody else uses key), or the first failure
+        -- n acquire/release cycles on key: the fence must go up each time,
+        -- and a GET on the client's own connection must answer our token
+        -- (a reply meant for the other process would not); or the first failure
         local function cycles(client, key, n)
             local last
             for i = 1, n do
                 local lock, err = client:acquire(key, { wait = 2000 })
                 if not lock then return "acquire " .. i .. ": " .. tostring(err) end
-                if last and lock.fence ~= last + 1 then
+                if last and lock.fence <= last then
                     return string.format("acquire %d: fence %s after %s (another process's reply?)",
                         i, tostring(lock.fence), tostring(last))
+                end
+                local held = client.servers[1].conn:command("GET", key)
+                if held ~= lock.token then
+                    return string.format("acquire %d: GET answered %s (another process's reply?)", i, tostring(held))
                 end
                 last = lock.fence
                 local ok, rerr = lock:release()

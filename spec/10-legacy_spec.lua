@@ -166,14 +166,14 @@ describe("legacy mode", function()
                 assert.equal(0, data:command("EXISTS", key))
             end)
 
-            it("fences increase per key, on the same counter as script mode", function()
+            it("fences increase, on the server's one counter as in script mode", function()
                 local key = helper.key()
                 local last = 0
                 for _ = 1, 5 do
                     local lock = assert(client:acquire(key))
                     assert.is_true(lock.fence > last)
                     last = lock.fence
-                    assert.equal(tostring(last), data:command("GET", "{" .. key .. "}:fence"))
+                    assert.equal(string.format("%.0f", last), data:command("GET", "redlock:fence"))
                     lock:release()
                 end
             end)
@@ -297,7 +297,6 @@ describe("legacy mode", function()
                 last = lock.fence
                 assert.is_true(lock:release())
             end
-            assert.equal(6, last)
         end)
     end)
 
@@ -422,7 +421,7 @@ describe("legacy mode", function()
             assert.equal(0, data:command("EXISTS", key))
         end)
 
-        it("a retry with the same token after a lost reply owns the lock again", function()
+        it("a retry with the same token after a lost reply owns the lock again, with a new fence", function()
             local key = helper.key()
             local server = client.servers[1]
             local token = redlock.token()
@@ -430,7 +429,7 @@ describe("legacy mode", function()
             assert.is_true(ok)
             local ok2, fence2 = legacy.acquire(server, key, token, 8000)
             assert.is_true(ok2)
-            assert.equal(fence, fence2)
+            assert.is_true(fence2 > fence)
             assert.is_true(data:command("PTTL", key) > 7000)
             assert.is_true(legacy.release(server, key, token))
         end)
@@ -610,7 +609,7 @@ describe("legacy mode", function()
             assert.is_true(b:release())
         end)
 
-        it("a retry with the same token owns the lock again, same fence", function()
+        it("a retry with the same token owns the lock again, with a new fence", function()
             local key = helper.key()
             local server = client.servers[1]
             local token = redlock.token()
@@ -618,7 +617,7 @@ describe("legacy mode", function()
             assert.is_true(ok)
             local ok2, fence2 = legacy.acquire(server, key, token, 8000)
             assert.is_true(ok2)
-            assert.equal(fence, fence2)
+            assert.is_true(fence2 > fence)
             assert.is_true(d:command("PTTL", key) > 7000)
             assert.is_true(legacy.release(server, key, token))
         end)

@@ -22,7 +22,7 @@ local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 
 local time, null = core.time, core.null
-local fence_key = scripted.fence_key
+local fence_key = scripted.fence_key -- the server's counter (redlock.util)
 local unpack = util.unpack
 local type, tonumber, select = type, tonumber, select
 local format, match, find = string.format, string.match, string.find
@@ -59,6 +59,7 @@ function _M.caps(server)
         watch = not v or v >= 20200,
         pexpire = not v or v >= 20600,
         pttl = not v or v >= 20600,
+        time = not v or v >= 20600, -- fences seeded from the server's clock
     }
     server.caps = caps
     return caps
@@ -140,9 +141,30 @@ local function put_back(server, caps, key, old, ours, ttl)
     end
 end
 
--- Sets the safety net on a key we just wrote, then reads the fence:
--- INCR for a new lock, GET for our own lock taken again.
-local function finish(server, caps, key, ttl, fence_op)
+-- The clock in fence units: 2^-20 s (the acquire script's, csrc/scripts.h).
+local TICKS = 1048576
+
+-- The fence from INCR's answer f and TIME's {seconds, microseconds} (nil
+-- where the server has no TIME, before 2.6): at least the server's clock in
+-- whole seconds, in fence units, so that a counter lost with a restart or a
+-- failover does not make fences go back (as long as the clock does not).
+-- Below that, INCRBY of the difference: it never lowers the counter
+-- whatever runs in between, and it comes at most about once a second per
+-- server (the first lock of each second raises the counter for the others).
+-- true, fence | nil, err, code.
+local function fence_seeded(server, key, f, t)
+    f = tonumber(f)
+    if not f then return unexpected(server, "INCR", f) end
+    local sec = type(t) == "table" and tonumber(t[1])
+    if not sec or f >= sec * TICKS then return true, f end
+    local r, err, code = cmd(server, "INCRBY", fence_key(key), format("%.0f", sec * TICKS - f))
+    if r == nil then return nil, err, code end
+    return true, tonumber(r)
+end
+
+-- Sets the safety net on a key we just wrote, then takes a fence (unless
+-- unfenced): INCR of the server's counter, then TIME, as fence_seeded says.
+local function finish(server, caps, key, ttl, unfenced)
     local e = expire_cmd(caps, key, ttl)
     local r, err, code = cmd(server, unpack(e))
     if r == nil and e[1] == "PEXPIRE" and unknown(err, code) then
@@ -150,14 +172,20 @@ local function finish(server, caps, key, ttl, fence_op)
         r, err, code = cmd(server, unpack(expire_cmd(caps, key, ttl)))
     end
     if r == nil then return nil, err, code end
-    r, err, code = cmd(server, fence_op, fence_key(key))
+    if unfenced then return true, 0 end
+    r, err, code = cmd(server, "INCR", fence_key(key))
     if r == nil then return nil, err, code end
-    return true, tonumber(r) or 0
+    local t
+    if caps.time then
+        t, err, code = cmd(server, "TIME")
+        if t == nil and unknown(err, code) then caps.time = false end
+    end
+    return fence_seeded(server, key, r, t)
 end
 
 local bare = {}
 
-function bare.acquire(server, caps, key, token, ttl)
+function bare.acquire(server, caps, key, token, ttl, unfenced)
     for i = 1, MAX_TRIES do
         local now = wall()
         local value = format("%d:%s", now + ttl, token)
@@ -165,7 +193,7 @@ function bare.acquire(server, caps, key, token, ttl)
         if i == 1 then r, err, code = server:call("SETNX", key, value)
         else r, err, code = cmd(server, "SETNX", key, value) end
         if r == nil then return nil, err, code end
-        if r == 1 then return finish(server, caps, key, ttl, "INCR") end
+        if r == 1 then return finish(server, caps, key, ttl, unfenced) end
         local cur
         cur, err, code = cmd(server, "GET", key)
         if cur == nil then return nil, err, code end
@@ -178,7 +206,7 @@ function bare.acquire(server, caps, key, token, ttl)
                 old, err, code = cmd(server, "GETSET", key, value)
                 if old == nil then return nil, err, code end
                 if old == null or select(2, parse(old)) == token then
-                    return finish(server, caps, key, ttl, "GET")
+                    return finish(server, caps, key, ttl, unfenced)
                 end
                 put_back(server, caps, key, old, value, ttl)
                 return held(server, caps, key, (parse(old)), now)
@@ -190,7 +218,7 @@ function bare.acquire(server, caps, key, token, ttl)
             local oexp = parse(old)
             -- ours only if what we displaced was still expired (or gone)
             if old == null or (oexp and oexp < now) then
-                return finish(server, caps, key, ttl, "INCR")
+                return finish(server, caps, key, ttl, unfenced)
             end
             put_back(server, caps, key, old, value, ttl)
             if oexp then return false, max(0, oexp - now) end
@@ -289,53 +317,63 @@ end
 local function lost_cap(caps, err, code, failed)
     if not unknown(err, code) then return false end
     if failed == "PEXPIRE" then caps.pexpire = false return true end
+    if failed == "TIME" then caps.time = false return true end
     if failed == "MULTI" or failed == "EXEC" then caps.watch = false return true end
     return false
 end
 
 local guarded = {}
 
-function guarded.acquire(server, caps, key, token, ttl)
+function guarded.acquire(server, caps, key, token, ttl, unfenced)
     for _ = 1, MAX_TRIES do
         local cur, err, code = watch_get(server, key)
         if cur == nil then
             if unknown(err, code) then
                 caps.watch = false
-                return bare.acquire(server, caps, key, token, ttl)
+                return bare.acquire(server, caps, key, token, ttl, unfenced)
             end
             return nil, err, code
         end
         local now = wall()
         local value = format("%d:%s", now + ttl, token)
         local exp, tok = parse(cur)
-        local first, fence_op
+        local first
         if cur == null then
-            first, fence_op = { "SETNX", key, value }, "INCR"
+            first = { "SETNX", key, value }
         elseif tok == token then
-            -- ours already (a retry after a lost reply): refresh, same fence
-            first, fence_op = { "SET", key, value }, "GET"
+            -- ours already (a retry after a lost reply): refresh it (with a
+            -- new fence: the one of the lost reply was never seen)
+            first = { "SET", key, value }
         elseif exp and exp < now then
-            first, fence_op = { "GETSET", key, value }, "INCR"
+            first = { "GETSET", key, value }
         else
             unwatch(server)
             return held(server, caps, key, exp, now)
         end
+        local steps = { first, expire_cmd(caps, key, ttl) }
+        if not unfenced then
+            steps[3] = { "INCR", fence_key(key) }
+            if caps.time then steps[4] = { "TIME" } end
+        end
         local r, failed
-        r, err, code, failed = transact(server,
-            { first, expire_cmd(caps, key, ttl), { fence_op, fence_key(key) } })
+        r, err, code, failed = transact(server, steps)
         if r == nil then
             if not lost_cap(caps, err, code, failed) then return nil, err, code end
-            if not caps.watch then return bare.acquire(server, caps, key, token, ttl) end
+            if not caps.watch then return bare.acquire(server, caps, key, token, ttl, unfenced) end
         elseif r ~= null then
             local old = r[1]
             if first[1] == "SET" or (first[1] == "SETNX" and old == 1) then
-                return true, tonumber(r[3]) or 0
+                if unfenced then return true, 0 end
+                return fence_seeded(server, key, r[3], r[4])
             end
             if first[1] == "GETSET" then
                 -- WATCH makes `old` the expired value we read; still, own
                 -- the lock only if what we displaced was expired (or gone)
                 local oexp = parse(old)
-                if old == null or (oexp and oexp < now) then return true, tonumber(r[3]) or 0 end
+                if old == null or (oexp and oexp < now) then
+                    if unfenced then return true, 0 end
+                    return fence_seeded(server, key, r[3], r[4])
+                end
                 put_back(server, caps, key, old, value, ttl)
                 return held(server, caps, key, oexp, now)
             end
@@ -403,7 +441,29 @@ local function op(name)
 end
 
 --- true, fence | false, pttl (another holder; -1: no expiry) | nil, err, code
-_M.acquire = op("acquire")
+-- (waiting and again: notified waiting's, which legacy mode does not do;
+-- unfenced: fence = false, no counter touched and fence 0.)
+function _M.acquire(server, key, token, ttl, _, _, unfenced)
+    local caps, err, code = _M.caps(server)
+    if not caps then return nil, err, code end
+    local impl = caps.watch and guarded or bare
+    return impl.acquire(server, caps, key, token, ttl, unfenced)
+end
+
+--- Raises the server's fence counter to at least `fence` (Redlock writes a
+-- lock's fence back to the servers that granted it): GET, then INCRBY of
+-- the difference, which never lowers it whatever runs in between (it may
+-- go higher). true, counter | nil, err, code.
+function _M.raise_fence(server, counter, fence)
+    local c, err, code = server:call("GET", counter)
+    if c == nil then return nil, err, code end
+    c = tonumber(c) or 0
+    if c >= fence then return true, c end
+    local r
+    r, err, code = server:call("INCRBY", counter, format("%.0f", fence - c))
+    if r == nil then return nil, err, code end
+    return true, tonumber(r)
+end
 --- true | false (not ours any more, or past our expiry) | nil, err, code
 _M.release = op("release")
 --- true | false | nil, err, code

@@ -19,6 +19,7 @@ _M.DEFAULTS = {
     server_backoff = 1000,
     keepalive_timeout = 60000,
     pool_size = 32,
+    fence = true,
 }
 
 local function bad(fname, name, expected, value)
@@ -84,6 +85,16 @@ end
 
 function checks.any(_, _, v) return v end
 
+-- sync_fence was Redlock's opt-in to fences that never go backwards; they
+-- always do now. false would make lock.fence unsafe: fence = false is the
+-- way to go without fences.
+function checks.sync_fence(fname, name, v)
+    if v ~= true then
+        bad(fname, name, "true (Redlock fences are always synced; fence = false turns fences off)", v)
+    end
+    return v
+end
+
 _M.checks = checks
 
 --- Options a call (acquire, try_acquire, with_lock) may override, and how to
@@ -93,6 +104,8 @@ _M.CALL = {
     wait = checks.non_negative,
     retry_delay = checks.positive_number,
     retry_jitter = checks.non_negative,
+    -- false: no fence (lock.fence is nil, no counter is touched)
+    fence = checks.boolean,
 }
 
 --- Options only redlock.new takes (servers is parsed apart).
@@ -104,7 +117,7 @@ _M.CLIENT = {
     timeout = checks.timeout,
     server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
     server_backoff = checks.non_negative, -- Redlock
-    sync_fence = checks.boolean, -- Redlock
+    sync_fence = checks.sync_fence, -- Redlock; accepted for compatibility
     -- nginx cosockets only (redlock.cosocket): idle time and size of the
     -- per-worker keepalive pool of each server
     keepalive_timeout = checks.timeout,

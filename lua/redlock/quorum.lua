@@ -16,6 +16,7 @@
 local core = require "redlock.core"
 local scripted = require "redlock.scripted"
 local detect = require "redlock.detect"
+local legacy = require "redlock.legacy"
 
 local now = core.now
 local fence_key = scripted.fence_key
@@ -223,9 +224,8 @@ local function sync_fence(client, key, live, st, fence, timeout)
         if st[j] then granted[#granted + 1] = i end
     end
     local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
-        function(server)
-            return nil, format("server: %s: sync_fence needs scripting", server.name), "server"
-        end, 1, fence_key(key), format("%d", fence))
+        function(server) return legacy.raise_fence(server, fence_key(key), fence) end,
+        1, fence_key(key), format("%d", fence))
     mark_down(client, granted, fst, fcodes, now())
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
@@ -257,15 +257,23 @@ end
 -- (why: the message to give instead of "locked" when the attempt was not
 -- refused by a majority of other holders: split votes, too slow)
 -- | nil, err, "no quorum" (failures leave fewer than a majority).
-function _M.acquire(client, key, token, ttl)
+-- unfenced: fence = false (no counter touched anywhere, no fence raise).
+function _M.acquire(client, key, token, ttl, _, _, unfenced)
     local n = #client.servers
     local q = _M.quorum(n)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
-    local st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply,
-        function(server) return server:acquire(key, token, ttl) end,
-        2, key, fence_key(key), token, format("%d", ttl))
+    local ttl_s = format("%d", ttl)
+    local function fallback(server) return server:acquire(key, token, ttl, nil, nil, unfenced) end
+    local st, v, codes, flags
+    if unfenced then
+        st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply, fallback,
+            1, key, token, ttl_s)
+    else
+        st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply, fallback,
+            2, key, fence_key(key), token, ttl_s)
+    end
     local t1 = now()
     mark_down(client, live, st, codes, t1)
     local drift = ttl * client.drift_factor + 2
@@ -276,7 +284,9 @@ function _M.acquire(client, key, token, ttl)
         for j = 1, #live do
             if st[j] and v[j] > fence then fence = v[j] end
         end
-        if not client.opts.sync_fence then return true, fence end
+        -- the fence goes back to the servers that granted it: the next
+        -- majority shares one of them, and counts past it
+        if unfenced then return true, fence end
         local synced, detail = sync_fence(client, key, live, st, fence, timeout)
         t1 = now()
         elapsed = t1 - t0

@@ -1,5 +1,5 @@
 --- Lock operations on one server with the atomic scripts of the C core
--- (csrc/scripts.h): SET NX PX plus the fence INCR in one step,
+-- (csrc/scripts.h): SET NX PX plus the fence in one step,
 -- compare-and-delete, compare-and-PEXPIRE. Internal.
 local util = require "redlock.util"
 local notify = require "redlock.notify"
@@ -13,9 +13,10 @@ local format = string.format
 local _M = { name = "script" }
 
 -- (the hot paths ask companion_key with the suffix: one call less)
-local FENCE, WAITERS = ":fence", notify.WAITERS
-_M.FENCE, _M.WAITERS = FENCE, WAITERS
-local function fence_key(key) return companion_key(key, FENCE) end
+local WAITERS = notify.WAITERS
+_M.WAITERS = WAITERS
+--- The fence counter of a lock key's server (redlock.util.fence_counter).
+local fence_key = util.fence_counter
 _M.fence_key = fence_key
 
 local function unexpected(server, what, r)
@@ -35,24 +36,38 @@ end
 -- wake. again: nil on its first attempt, "1" on later ones (it leaves the
 -- waiters when it gets the lock), "2" when it has waited long and asks to
 -- be marked next for `waiting` ms; the mark is remembered on server for
--- notify.wait.
-function _M.acquire(server, key, token, ttl, waiting, again)
+-- notify.wait. unfenced: no fence is asked for (fence = false): the script
+-- touches no counter, and the fence answered is 0.
+function _M.acquire(server, key, token, ttl, waiting, again, unfenced)
     -- the script answers {1, fence} (taken) or {0, pttl, marked} (refused),
     -- as values; a failure is nil, message, code (, stale)
-    local conn, fkey, ttl_s = server.conn, companion_key(key, FENCE), ms_string(ttl)
+    local conn, ttl_s = server.conn, ms_string(ttl)
     local taken, v, marked, stale
     if not waiting then
         -- the uncontended path: the retry Server:eval would make, inline
-        taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
-        if taken == nil and stale then
-            taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+        if unfenced then
+            taken, v, marked = eval_values(conn, "acquire", 1, key, token, ttl_s)
+        else
+            local fkey = fence_key(key)
+            taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+            if taken == nil and stale then
+                taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+            end
         end
-    elseif again then
-        taken, v, marked = eval_values(conn, "acquire", 4, key, fkey, next_key(key), waiters_key(key),
-            token, ttl_s, waiting, again)
     else
-        taken, v, marked = eval_values(conn, "acquire", 4, key, fkey, next_key(key), waiters_key(key),
-            token, ttl_s, waiting)
+        -- a waiter: the "next" mark and the waiters set, then the counter
+        local nkey, wkey = next_key(key), waiters_key(key)
+        if unfenced and again then
+            taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting, again)
+        elseif unfenced then
+            taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting)
+        elseif again then
+            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fence_key(key),
+                token, ttl_s, waiting, again)
+        else
+            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fence_key(key),
+                token, ttl_s, waiting)
+        end
     end
     return _M.answer(server, key, taken, v, marked)
 end
@@ -72,10 +87,10 @@ function _M.answer(server, key, taken, v, marked)
 end
 
 function _M.release(server, key, token)
-    -- 2: waiters announced themselves (redlock.notify); the six-key form
+    -- 2: waiters announced themselves (redlock.notify); the five-key form
     -- hands the key over to a waiter marked next, or wakes one. After a
     -- release that woke waiters (3), the next one of the same key goes
-    -- straight to the six-key form: under contention the extra round trip
+    -- straight to the five-key form: under contention the extra round trip
     -- would lengthen every hold.
     if server.woke_key ~= key then
         local conn, wkey = server.conn, companion_key(key, WAITERS)
@@ -89,11 +104,11 @@ function _M.release(server, key, token)
     return _M.release_waking(server, key, token)
 end
 
---- The six-key release, which wakes the waiters the two-key one answered 2
+--- The five-key release, which wakes the waiters the two-key one answered 2
 -- for (see _M.release).
 function _M.release_waking(server, key, token)
-    local r, err, code = server:eval("release", 6, key, wake_key(key), next_key(key), handoff_key(key),
-        fence_key(key), waiters_key(key), token, RESERVE)
+    local r, err, code = server:eval("release", 5, key, wake_key(key), next_key(key), handoff_key(key),
+        waiters_key(key), token, RESERVE)
     if r == nil then return nil, err, code end
     server.woke_key = r == 3 and key or nil
     if r == 3 then return true end

@@ -77,8 +77,8 @@ Server.noted = noted
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
 -- waiting, again (optional): see redlock.scripted.
-function Server:acquire(key, token, ttl, waiting, again)
-    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again))
+function Server:acquire(key, token, ttl, waiting, again, unfenced)
+    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again, unfenced))
 end
 --- true | false (not ours any more) | nil, err, code
 function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end

@@ -1,6 +1,6 @@
 --- The single-instance strategy: one server decides. Internal.
 -- A strategy answers for a whole client:
---   acquire(client, key, token, ttl [, waiting, again])
+--   acquire(client, key, token, ttl [, waiting, again, unfenced])
 --                                     -> true, fence
 --                                     | false, pttl, where  (another holder)
 --                                     | nil, err, code
@@ -32,9 +32,9 @@ _M.released = released
 -- (The server's operations are called directly, as Server:acquire would;
 -- redlock.lua makes the uncontended requests of a script-mode server
 -- itself, see its acquire.)
-function _M.acquire(client, key, token, ttl, waiting, again)
+function _M.acquire(client, key, token, ttl, waiting, again, unfenced)
     local server = client.servers[1]
-    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again))
+    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again, unfenced))
 end
 
 function _M.release(client, key, token)

@@ -3,7 +3,7 @@
 local core = require "redlock.core"
 
 local byte, format, find, sub = string.byte, string.format, string.find, string.sub
-local random_bytes = core.random_bytes
+local random_bytes, keyslot, slot_tag = core.random_bytes, core.keyslot, core.slot_tag
 
 local _M = {}
 
@@ -28,15 +28,19 @@ function _M.show_key(key)
     return shown
 end
 
--- The key of a lock's companions (fence counter, wake-up list, ...) start
--- with: the key itself when it has a hash tag, else the key in braces.
+-- What the keys of a lock's companions (waiters set, wake-up list, ...)
+-- start with: the key itself when it has a hash tag (only the first '{' and
+-- the first '}' after it count, and not when empty), else the key in braces,
+-- which hashes the same bytes. A tag-less key that holds a '}' cannot be
+-- wrapped ("{a}b}" would hash "a"): it gets a tag chosen to land in its slot
+-- in front, "{tag}" .. key.
 local function companion_base(key)
     local open = find(key, "{", 1, true)
     if open then
         local close = find(key, "}", open + 1, true)
         if close and close > open + 1 then return key end
     end
-    if find(key, "}", 1, true) then return key end
+    if find(key, "}", 1, true) then return "{" .. slot_tag(keyslot(key)) .. "}" .. key end
     return "{" .. key .. "}"
 end
 
@@ -46,17 +50,24 @@ end
 local last_key, last_base = nil, nil
 local made_for, made = {}, {}
 
---- The key of a lock's companion (fence counter, wake-up list): it must hash
--- to the same Cluster slot as the lock key, so that one script may touch both.
--- A key with a hash tag keeps it; a key without one is wrapped in braces,
--- which hashes the same bytes. A tag-less key holding '}' cannot be wrapped:
--- it gets a plain suffix (fine on one server, CROSSSLOT on Cluster).
+--- The key of a lock's companion (waiters set, wake-up list): it hashes to
+-- the same Cluster slot as the lock key, so that one script may touch both
+-- (see companion_base), and it is distinct for every lock key.
 function _M.companion_key(key, suffix)
     if made_for[suffix] == key then return made[suffix] end
     if key ~= last_key then last_key, last_base = key, companion_base(key) end
     local k = last_base .. suffix
     made_for[suffix], made[suffix] = key, k
     return k
+end
+
+--- The fence counter that a lock on `key` takes its fence from: one per
+-- server, for every key (the acquire script, csrc/scripts.h). (On a Cluster,
+-- where a script's keys must share a slot, it will be one per slot:
+-- "{" .. slot_tag(keyslot(key)) .. "}" .. FENCE_COUNTER.)
+_M.FENCE_COUNTER = "redlock:fence"
+function _M.fence_counter(key) -- luacheck: ignore 212
+    return _M.FENCE_COUNTER
 end
 
 -- The last two asked for: a client mostly uses one ttl and one wait.

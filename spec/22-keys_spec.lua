@@ -1,0 +1,199 @@
+-- What the library leaves in the user's Redis (issue 22): once its locks
+-- are released or expired and its waiters gone, nothing per lock name, in
+-- script, legacy and Redlock modes; one fence counter per server. Fences
+-- strictly increase across holders, across a restart that lost the counter
+-- too; fence = false touches no counter. Companion keys share the lock
+-- key's Cluster slot, braces in the key or not.
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+local notify = require "redlock.notify"
+
+local NAMES = 2000
+local LIBRARY_KEYS = 4 -- at most this many library-wide keys per plain server
+local NO_SCRIPTING = {
+    'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
+    'rename-command FUNCTION ""', 'rename-command FCALL ""',
+}
+
+-- Keys with no ttl, but for the fence counter.
+local function immortal(data)
+    local out, cursor = {}, "0"
+    repeat
+        local r = data:command("SCAN", cursor, "COUNT", 1000)
+        cursor = r[1]
+        for _, k in ipairs(r[2]) do
+            if k ~= "redlock:fence" and data:command("PTTL", k) == -1 then out[#out + 1] = k end
+        end
+    until cursor == "0"
+    return out
+end
+
+describe("keys the library leaves, and fences", function()
+    local plain, legacy_server, datas, urls
+    setup(function()
+        plain = { helper.start_server(), helper.start_server(), helper.start_server() }
+        legacy_server = helper.start_server { config = NO_SCRIPTING }
+        datas, urls = {}, {}
+        for i, s in ipairs(plain) do
+            datas[i], urls[i] = core.conn(s:spec()), s:url()
+        end
+    end)
+    teardown(function()
+        for _, d in ipairs(datas) do d:close() end
+        helper.stop_all()
+    end)
+
+    -- NAMES names, half through with_lock, half acquire/release (looking
+    -- for keys without a ttl while some are held); then every server's
+    -- DBSIZE is what it was plus at most LIBRARY_KEYS
+    local function churn(client, conns)
+        local before = {}
+        for i, d in ipairs(conns) do before[i] = d:command("DBSIZE") end
+        local prefix = helper.key("name") .. ":"
+        for i = 1, NAMES do
+            local name = prefix .. i
+            if i % 2 == 0 then
+                assert(client:with_lock(name, function() return true end))
+            else
+                local lock = assert(client:acquire(name))
+                if i % 500 == 1 then
+                    for _, d in ipairs(conns) do assert.same({}, immortal(d)) end
+                end
+                assert.is_true(lock:release())
+            end
+        end
+        for i, d in ipairs(conns) do
+            local grown = d:command("DBSIZE") - before[i]
+            assert.is_true(grown <= LIBRARY_KEYS, grown .. " keys more on server " .. i)
+        end
+    end
+
+    it("script mode: 2000 names leave nothing per name", function()
+        churn(redlock.new { servers = { urls[1] } }, { datas[1] })
+    end)
+
+    it("legacy mode: 2000 names leave nothing per name", function()
+        local d = core.conn(legacy_server:spec())
+        finally(function() d:close() end)
+        churn(redlock.new { servers = { legacy_server:url() }, mode = "legacy" }, { d })
+    end)
+
+    it("Redlock over 3 servers: 2000 names leave nothing per name on any", function()
+        churn(redlock.new { servers = urls }, datas)
+    end)
+
+    it("locks that expire unreleased, and waiters that gave up, leave nothing after the ttl", function()
+        local d = datas[1]
+        local before = d:command("DBSIZE")
+        local client = redlock.new { servers = { urls[1] } }
+        local prefix = helper.key("gone") .. ":"
+        for i = 1, 50 do assert(client:acquire(prefix .. i, { ttl = 300 })) end
+        -- a waiter that gives up: it joined the waiters set
+        local none, _, code = client:acquire(prefix .. 1, { wait = 20 })
+        assert.is_nil(none)
+        assert.equal("timeout", code)
+        assert.is_true(d:command("DBSIZE") > before)
+        helper.sleep(500)
+        assert.is_true(d:command("DBSIZE") - before <= LIBRARY_KEYS)
+    end)
+
+    it("four processes contending on 20 names, some giving up: nothing left after the longest ttl", function()
+        local d = datas[2]
+        local before = d:command("DBSIZE")
+        local prefix = helper.key("contend") .. ":"
+        local workers = {}
+        for i = 1, 4 do workers[i] = helper.spawn("spec/workers/names.lua", urls[2], prefix, 60) end
+        local gave_up = 0
+        for i = 1, 4 do
+            local status, out = workers[i]:wait(60000)
+            assert.equal(0, status, out)
+            gave_up = gave_up + tonumber(out:match("ok %d+ (%d+)"))
+        end
+        -- the ttl (2 s) bounds every key: locks, waiters sets (their wait,
+        -- at most 1 s), wake-up lists (1 s), marks and hand-offs
+        helper.sleep(2100)
+        assert.is_true(d:command("DBSIZE") - before <= LIBRARY_KEYS)
+        assert.is_true(gave_up >= 0)
+    end)
+
+    it("fences increase across names and across a restart that lost the counter (script and legacy)", function()
+        local s = helper.start_server()
+        local ls = helper.start_server { config = NO_SCRIPTING }
+        for _, case in ipairs { { s, "script" }, { ls, "legacy" } } do
+            local server, mode = case[1], case[2]
+            local client = redlock.new { servers = { server:url() }, mode = mode }
+            local last = 0
+            for i = 1, 30 do
+                local lock = assert(client:acquire(helper.key() .. i))
+                assert.is_true(lock.fence > last, mode)
+                last = lock.fence
+                assert.is_true(lock:release())
+            end
+            client:close()
+            server:restart() -- no persistence: the counter is gone
+            local d = core.conn(server:spec())
+            assert.equal(0, d:command("EXISTS", "redlock:fence"))
+            d:close()
+            client = redlock.new { servers = { server:url() }, mode = mode }
+            local lock = assert(client:acquire(helper.key()))
+            assert.is_true(lock.fence > last, mode .. ": " .. lock.fence .. " after " .. last)
+            assert.is_true(lock:release())
+            client:close()
+        end
+    end)
+
+    it("fence = false: lock.fence is nil and no counter is touched, in every mode", function()
+        local s = helper.start_server()
+        local ls = helper.start_server { config = NO_SCRIPTING }
+        local q = { helper.start_server(), helper.start_server(), helper.start_server() }
+        local cases = {
+            { { s:url() }, "auto", { s } },
+            { { ls:url() }, "legacy", { ls } },
+            { { q[1]:url(), q[2]:url(), q[3]:url() }, "auto", q },
+        }
+        for _, case in ipairs(cases) do
+            local client = redlock.new { servers = case[1], mode = case[2], fence = false }
+            local lock = assert(client:acquire(helper.key()))
+            assert.is_nil(lock.fence)
+            assert.is_true(lock:release())
+            local waited = assert(client:acquire(helper.key(), { wait = 100 }))
+            assert.is_nil(waited.fence)
+            waited:release()
+            assert(client:with_lock(helper.key(), function(l) assert.is_nil(l.fence) end))
+            -- per call, on a client with fences
+            local fenced = redlock.new { servers = case[1], mode = case[2] }
+            lock = assert(fenced:acquire(helper.key(), { fence = false }))
+            assert.is_nil(lock.fence)
+            lock:release()
+            for _, server in ipairs(case[3]) do
+                local d = core.conn(server:spec())
+                assert.equal(0, d:command("EXISTS", "redlock:fence"))
+                assert.is_nil(d:command("INFO", "commandstats"):find("cmdstat_incr", 1, true))
+                d:close()
+            end
+            client:close()
+            fenced:close()
+        end
+    end)
+
+    it("companion keys share the lock key's Cluster slot, braces or not", function()
+        local cluster = helper.start_server { config = { "cluster-enabled yes" } }
+        local d = core.conn(cluster:spec())
+        finally(function() d:close() end)
+        local seen = {}
+        for _, key in ipairs { "plain", "a{b}c", "{}x", "{{x}}", "x}y", "}{", "{", "}", "{a}", "a{}b}" } do
+            local slot = d:command("CLUSTER", "KEYSLOT", key)
+            assert.equal(slot, core.keyslot(key), key)
+            for _, companion in ipairs { notify.waiters_key(key), notify.wake_key(key), notify.next_key(key),
+                notify.handoff_key(key) } do
+                assert.equal(slot, d:command("CLUSTER", "KEYSLOT", companion), key .. " -> " .. companion)
+                assert.is_nil(seen[companion], companion .. " twice")
+                seen[companion] = true
+            end
+        end
+        for _, slot in ipairs { 0, 1, 12182, 16383 } do
+            assert.equal(slot, d:command("CLUSTER", "KEYSLOT", core.slot_tag(slot)))
+        end
+    end)
+end)
