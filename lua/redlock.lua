@@ -177,6 +177,9 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
     while true do
         local left = deadline - now()
         if left <= 0 then
+            -- a waiter that gives up leaves the waiters set now, not when
+            -- the set expires (releases would keep waking nobody)
+            if waiting then strategy.give_up(client, key, token) end
             return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
         end
@@ -205,7 +208,10 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
         local ok
         ok, v, where = strategy.acquire(client, key, token, ttl, ms, again, unfenced)
         if ok then return taken(client, key, token, v, o, renew, t0) end
-        if ok == nil then return failed(key, v, where) end
+        if ok == nil then
+            if waiting then strategy.give_up(client, key, token) end
+            return failed(key, v, where)
+        end
     end
 end
 

@@ -192,6 +192,25 @@ describe("notified waiting", function()
         other:close()
     end)
 
+    it("a waiter that gives up leaves the waiters set at once, while a longer waiter stays", function()
+        local key = helper.key()
+        local waiters = "{" .. key .. "}:waiters"
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        local other = redlock.new { servers = { server:url() } }
+        local _, _, code = other:acquire(key, { wait = 300 })
+        assert.equal("timeout", code)
+        -- the set lives for the longer waiter's 8 s; the one that gave up is out
+        assert.equal(1, data:command("ZCARD", waiters))
+        assert.is_true(data:command("PTTL", waiters) > 5000)
+        assert.is_true(lock:release())
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        assert.equal(0, data:command("EXISTS", waiters))
+        other:close()
+    end)
+
     it("an uncontended acquire and release are two EVALSHA and no wake-up commands", function()
         local function calls()
             local info, t = data:command("INFO", "commandstats"), {}

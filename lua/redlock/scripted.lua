@@ -121,6 +121,12 @@ function _M.extend(server, key, token, ttl)
     return r == 1
 end
 
+--- A waiter that gives up leaves the waiters set at once (best effort,
+-- bounded by the server's timeout; the set expires anyway).
+function _M.give_up(server, key, token)
+    server.conn:command("ZREM", waiters_key(key), token)
+end
+
 --- Blocks until a release wakes us or ms pass (see redlock.notify).
 _M.wait = notify.wait
 

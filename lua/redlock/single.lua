@@ -9,6 +9,8 @@
 --   wait(client, key, ms, since)     -> true (waited for a release, or ms)
 --                                     | nil (cannot: the caller sleeps)
 --                                     (optional: without it, acquire polls)
+--   give_up(client, key, token)      a waiter that wait() served gives up
+--                                     (with wait)
 local _M = { name = "single" }
 
 --- The outcome of server's acquire operation as this strategy answers it:
@@ -47,6 +49,14 @@ function _M.extend(client, key, token, ttl)
     local ok, err, code = server:extend(key, token, ttl)
     if ok == false then return false, server:where() end
     return ok, err, code
+end
+
+--- A waiter that gives up leaves the waiters set (best effort: a failure
+-- leaves it to the set's own expiry).
+function _M.give_up(client, key, token)
+    local server = client.servers[1]
+    local give_up = server.ops.give_up
+    if give_up then give_up(server, key, token) end
 end
 
 function _M.wait(client, key, ms, since)
