@@ -55,6 +55,7 @@ build = {
             "csrc/resp.c",
             "csrc/script.c",
             "csrc/sha1.c",
+            "csrc/slot.c",
             "csrc/token.c",
          },
          incdirs = { "$(HIREDIS_INCDIR)" },

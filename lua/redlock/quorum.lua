@@ -329,13 +329,16 @@ local function outcome(client, live, skipped, st, v, codes, flags, verb, t)
         details(client, live, skipped, st, v, codes, flags, verb, "not held", t)), "no quorum"
 end
 
---- Deletes the key where it still holds our token, on every server not in
--- back-off (a server in back-off keeps its copy until the ttl).
+--- Deletes the key where it still holds our token, on every server, those
+-- in back-off too: one that is back must not keep a copy until the ttl.
+-- Each answer is bounded by server_timeout (the fan-out runs in parallel;
+-- servers in legacy mode are asked one by one, each within its timeout).
 function _M.release(client, key, token)
-    local live, skipped = up(client, now())
-    local st, v, codes, flags = release_on(client, live, key, token,
+    local all = {}
+    for i = 1, #client.servers do all[i] = i end
+    local st, v, codes, flags = release_on(client, all, key, token,
         _M.server_timeout(client, client.opts.ttl))
-    return outcome(client, live, skipped, st, v, codes, flags, "released", now())
+    return outcome(client, all, nil, st, v, codes, flags, "released", now())
 end
 
 --- Extends the key where it still holds our token; true only on a majority
