@@ -497,6 +497,50 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     return 4;
 }
 
+int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
+                          const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                          int *stale) {
+    struct pollfd pfds[MAX_CONNS];
+    int which[MAX_CONNS], i;
+    char *cmd = NULL;
+    batch b;
+    if (n < 1 || n > MAX_CONNS)
+        return -1;
+    memset(&b, 0, sizeof b);
+    b.n = n;
+    b.timeout_ms = timeout_ms;
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = script->sha;
+    argvlen[1] = 40;
+    b.cmdlen = redlock_encode(NULL, 0, argc, argv, argvlen, &cmd);
+    b.cmd = b.cmdlen < 0 ? NULL : cmd;
+    b.script = script;
+    b.argv = argv;
+    b.argvlen = argvlen;
+    b.argc = argc;
+    b.slots = (slot *)calloc((size_t)n, sizeof(slot));
+    if (b.slots == NULL || b.cmd == NULL) {
+        free(b.slots);
+        free((void *)b.cmd);
+        return -1;
+    }
+    for (i = 0; i < n; i++)
+        b.slots[i].u = conns[i];
+    run(&b, pfds, which);
+    for (i = 0; i < n; i++) {
+        slot *sl = &b.slots[i];
+        replies[i] = sl->rc == RC_OK ? sl->reply : NULL; /* the caller's now */
+        if (sl->rc != RC_OK && sl->reply != NULL)
+            freeReplyObject(sl->reply);
+        stale[i] = sl->flag == F_STALE;
+    }
+    free(b.slots);
+    free((void *)b.cmd);
+    free((void *)b.alt);
+    return 0;
+}
+
 /* fanout(conns, timeout_ms, arg, ...) */
 static int core_fanout(lua_State *L) { return fanout_common(L, NULL); }
 

@@ -9,8 +9,8 @@
  *
  * core.renewer({conn, ...} [, timeout_ms]) -> renewer
  *   (copies each conn's settings; timeout_ms caps their connect and reply
- *   timeouts: Redlock renews server after server, so one that does not
- *   answer must not use up the validity)
+ *   timeouts, and with several servers the renewal asks them all at once,
+ *   each within timeout_ms: the fan-out of csrc/fanout.c)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
  *                                            -> renewal, id
  * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
@@ -55,6 +55,7 @@
 #include <hiredis/hiredis.h>
 
 #include "conn.h"
+#include "fanout.h"
 #include "scripts.h"
 #include "token.h"
 
@@ -97,6 +98,7 @@ struct renewer {
     struct entry *busy;  /* the entry the thread renews without the mutex */
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
+    int timeout_ms;       /* the fan-out's per-server limit (Redlock), 0: none */
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
     entry *list;
@@ -278,6 +280,22 @@ static int is_noscript(const redisReply *rep) {
     return rep->type == REDIS_REPLY_ERROR && rep->len >= 8 && memcmp(rep->str, "NOSCRIPT", 8) == 0;
 }
 
+/* What an extend reply says: 1 extended, 0 the token is not there, -1 an
+ * error (err says why). Frees the reply. */
+static int extend_value(redlock_conn *c, redisReply *rep, char *err) {
+    int v = -1;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        v = rep->integer == 1 ? 1 : 0;
+    else if (rep->type == REDIS_REPLY_ERROR)
+        snprintf(err, ERRLEN, "server: %s: %.*s", c->name,
+                 (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+    else
+        snprintf(err, ERRLEN, "server: %s: unexpected reply to extend (type %d)",
+                 c->name, rep->type);
+    freeReplyObject(rep);
+    return v;
+}
+
 /* The extend script on server i: 1 extended, 0 the token is not there,
  * -1 failed (err says why). A dropped idle connection is retried once. */
 static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
@@ -286,7 +304,7 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
     const char *argv[6];
     size_t len[6];
     redisReply *rep = NULL;
-    int rc = 1, stale = 0, attempt, v = -1;
+    int rc = 1, stale = 0, attempt;
     argv[2] = "1";
     len[2] = 1;
     argv[3] = e->key;
@@ -321,16 +339,74 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
         snprintf(err, ERRLEN, "%s", c->err);
         return -1;
     }
-    if (rep->type == REDIS_REPLY_INTEGER)
-        v = rep->integer == 1 ? 1 : 0;
-    else if (rep->type == REDIS_REPLY_ERROR)
-        snprintf(err, ERRLEN, "server: %s: %.*s", c->name,
-                 (int)(rep->len > 160 ? 160 : rep->len), rep->str);
-    else
-        snprintf(err, ERRLEN, "server: %s: unexpected reply to extend (type %d)",
-                 c->name, rep->type);
-    freeReplyObject(rep);
-    return v;
+    return extend_value(c, rep, err);
+}
+
+/* Records a dup of each socket the fan-out left open (close() shuts them
+ * down), and forgets those it closed. */
+static void track_all(renewer *r) {
+    int i;
+    for (i = 0; i < r->nservers; i++) {
+        int fd = conn_fd(r->conns[i]);
+        pthread_mutex_lock(&r->mu);
+        if (fd < 0 && r->dupfd[i] >= 0) {
+            close(r->dupfd[i]);
+            r->dupfd[i] = -1;
+        } else if (fd >= 0 && r->dupfd[i] < 0) {
+            r->dupfd[i] = dup(fd); /* -1: close just waits longer */
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* The extend script on every server at once (the fan-out of csrc/fanout.c),
+ * each within the renewer's timeout: a round costs the slowest answer, not
+ * the sum. Servers whose idle connection the server had closed get one more
+ * try. Counts into *yes and *no; err keeps the last failure's message. */
+static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, int *no, char *err) {
+    redisReply *reps[MAX_SERVERS];
+    int stale[MAX_SERVERS], idx[MAX_SERVERS], n = r->nservers, m = 0, i, k, pass;
+    redlock_conn *conns[MAX_SERVERS];
+    const char *argv[6];
+    size_t len[6];
+    for (i = 0; i < n; i++) {
+        idx[m] = i;
+        conns[m++] = r->conns[i];
+    }
+    for (pass = 0; pass < 2 && m > 0; pass++) {
+        int again = 0;
+        argv[2] = "1";
+        len[2] = 1;
+        argv[3] = e->key;
+        len[3] = e->keylen;
+        argv[4] = e->token;
+        len[4] = e->toklen;
+        argv[5] = ttl;
+        len[5] = strlen(ttl);
+        if (redlock_fanout_eval_c(conns, m, r->timeout_ms, extend_script, argv, len, 6, reps, stale) != 0) {
+            snprintf(err, ERRLEN, "renewal: out of memory");
+            return;
+        }
+        for (k = 0; k < m; k++) {
+            redlock_conn *c = conns[k];
+            if (reps[k] == NULL) {
+                if (pass == 0 && stale[k]) {
+                    idx[again] = idx[k];
+                    conns[again++] = c;
+                } else {
+                    snprintf(err, ERRLEN, "%s", c->err);
+                }
+                continue;
+            }
+            switch (extend_value(c, reps[k], err)) {
+            case 1: (*yes)++; break;
+            case 0: (*no)++; break;
+            default: break;
+            }
+        }
+        m = again;
+    }
+    track_all(r);
 }
 
 /* One renewal round of e on every server. Called and returns with r->mu
@@ -353,15 +429,19 @@ static void renew_one(renewer *r, entry *e, double now) {
     pthread_mutex_unlock(&r->mu);
 
     t0 = mono_ms();
-    for (i = 0; i < n && !stopping; i++) {
-        int v = extend_on(r, i, e, ttl, err);
-        if (v == 1)
-            yes++;
-        else if (v == 0)
-            no++;
-        pthread_mutex_lock(&r->mu);
-        stopping = r->stopping || e->stopped;
-        pthread_mutex_unlock(&r->mu);
+    if (n >= 2 && r->timeout_ms > 0) {
+        extend_all(r, e, ttl, &yes, &no, err);
+    } else {
+        for (i = 0; i < n && !stopping; i++) {
+            int v = extend_on(r, i, e, ttl, err);
+            if (v == 1)
+                yes++;
+            else if (v == 0)
+                no++;
+            pthread_mutex_lock(&r->mu);
+            stopping = r->stopping || e->stopped;
+            pthread_mutex_unlock(&r->mu);
+        }
     }
     t1 = mono_ms();
 
@@ -632,7 +712,12 @@ static int renewer_new(lua_State *L) {
             ud->r->conns[i]->timeout_ms = (int)cap;
         if (cap > 0 && ud->r->conns[i]->connect_timeout_ms > cap)
             ud->r->conns[i]->connect_timeout_ms = (int)cap;
+        /* the fan-out's limit: the longest of the (capped) reply timeouts */
+        if (i == 0 || ud->r->conns[i]->timeout_ms > ud->r->timeout_ms)
+            ud->r->timeout_ms = ud->r->conns[i]->timeout_ms;
     }
+    if (cap == 0)
+        ud->r->timeout_ms = 0; /* one server: asked directly */
     return 1;
 }
 

@@ -193,6 +193,24 @@ describe("Redlock over 5 servers", function()
             assert.is_true(core.now() - t0 < 2000)
         end)
 
+    it("background renewal asks every server at once: a frozen one does not hold the others up", function()
+        local key = helper.key()
+        finally(heal)
+        local c = new_client { server_timeout = 2500, timeout = 3000 }
+        local lock = assert(c:acquire(key, { ttl = 3000, renew = true }))
+        -- the first round (at ~1 s, all servers up) opens the renewal's connections
+        helper.sleep(1300)
+        servers[1]:freeze()
+        -- the second round (at ~2 s) waits 2.5 s for server 1: one server after
+        -- another, servers 2-5 would be extended only then, after their keys
+        -- (extended to ~4 s) expired
+        helper.sleep(3000)
+        for i = 2, N do assert.equal(lock.token, data[i]:command("GET", key)) end
+        servers[1]:thaw()
+        assert.is_true(lock:release())
+        c:close()
+    end)
+
     it("a release reaches a server in back-off too: no copy outlives the release once it is back", function()
         local key = helper.key()
         finally(heal)
