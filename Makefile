@@ -18,7 +18,7 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-redlock bench-contended bench-nginx \
+	bench bench-deps bench-redlock bench-contended bench-nginx bench-server \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
@@ -114,7 +114,7 @@ demo: deps build
 # Benchmarks: never part of `make test`. Other benchmark targets join by
 # adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
 FLOOR       := $(BUILD)/bench/floor
-BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx
+BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server
 
 $(FLOOR): bench/floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
@@ -139,6 +139,15 @@ bench-contended: build
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/?.so;;' \
 	$(LUA) bench/contended.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
+
+# What a lock costs the server: memory per held lock against a plain SET
+# PX, CPU per cycle against the floor (bench/server.lua).
+bench-server: build $(FLOOR)
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp REDLOCK_FLOOR=$(FLOOR) LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' \
+	$(LUA) bench/server.lua; rc=$$?; \
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
 

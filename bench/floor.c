@@ -14,7 +14,9 @@
  *           legacy legacy mode's cycle (servers without scripting), one
  *                  command per round trip as the library sends them:
  *                  WATCH, GET, MULTI, SETNX "<expiry ms>:<token>", PEXPIRE,
- *                  INCR fence, EXEC; WATCH, GET, MULTI, DEL, EXEC
+ *                  INCR fence, TIME, EXEC; WATCH, GET, MULTI, DEL, EXEC
+ *                  (not the INCRBY that raises the counter to the clock
+ *                  at most once a millisecond)
  *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
  *           library makes them (shows what that system call costs)
  *   With several servers every request goes to all of them before any reply
@@ -228,6 +230,7 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     const char *watch[2] = {"WATCH", key}, *get[2] = {"GET", key}, *multi[1] = {"MULTI"};
     const char *setnx[3] = {"SETNX", key, value}, *pexpire[3] = {"PEXPIRE", key, ttl};
     const char *incr[2] = {"INCR", fence_key}, *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
+    const char *time_cmd[1] = {"TIME"};
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(value, sizeof value, "%lld:%s",
              (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + atoll(ttl), token);
@@ -237,6 +240,7 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(3, setnx, REDIS_REPLY_STATUS, replies); /* QUEUED */
     step(3, pexpire, REDIS_REPLY_STATUS, replies);
     step(2, incr, REDIS_REPLY_STATUS, replies);
+    step(1, time_cmd, REDIS_REPLY_STATUS, replies);
     step(1, exec, REDIS_REPLY_ARRAY, replies);
     step(2, watch, REDIS_REPLY_STATUS, replies);
     step(2, get, REDIS_REPLY_STRING, replies);

@@ -16,11 +16,13 @@
  * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
  * e.g. written by hand).
  * The fence: one counter per server (per hash slot on a Cluster), for every
- * lock key, set to max(counter + 1, the server's clock in 2^-20 s units):
+ * lock key: INCR, raised to the server's clock in microseconds, truncated to
+ * the millisecond, when below it (a SET at most once a millisecond):
  * strictly increasing across all grants on the server, and, the counter
  * being lost (restart without persistence, failover to a replica that
  * missed it), still above every fence given before as long as the server's
- * clock does not go back. (TIME needs effects replication before Redis 5:
+ * clock does not go back (and fewer than 1000 locks a millisecond were
+ * granted, beyond what one Redis serves). (TIME needs effects replication before Redis 5:
  * replicate_commands, called first; a server without it, before 3.2, gets
  * the counter alone.) Every grant takes a new fence, our own token found
  * again included: the fence given with a lost reply was never seen.
@@ -41,14 +43,15 @@
     "local counter = #KEYS % 2 == 0 and KEYS[#KEYS]\n"                      \
     "local function fence()\n"                                              \
     "  if not counter then return 0 end\n"                                  \
-    "  local f = (tonumber(redis.call('GET', counter)) or 0) + 1\n"         \
+    "  local f = redis.call('INCR', counter)\n"                             \
     "  if seeded then\n"                                                    \
     "    local t = redis.call('TIME')\n"                                    \
-    "    local base = tonumber(t[1]) * 1048576\n"                           \
-    "      + math.floor(tonumber(t[2]) * 1048576 / 1000000)\n"              \
-    "    if f < base then f = base end\n"                                   \
+    "    local base = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000\n" \
+    "    if f < base then\n"                                                \
+    "      redis.call('SET', counter, string.format('%.0f', base))\n"       \
+    "      f = base\n"                                                      \
+    "    end\n"                                                             \
     "  end\n"                                                               \
-    "  redis.call('SET', counter, string.format('%.0f', f))\n"              \
     "  return f\n"                                                          \
     "end\n"                                                                 \
     "local cur = redis.call('GET', KEYS[1])\n"                              \

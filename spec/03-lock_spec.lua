@@ -147,7 +147,7 @@ describe("single-instance locks", function()
 
     it("fence tokens strictly increase, across keys too, and start at the server's clock", function()
         local t = data:command("TIME")
-        local last = tonumber(t[1]) * 1048576 -- 2^-20 s units
+        local last = tonumber(t[1]) * 1000000 -- microseconds
         for i = 1, 20 do
             local lock = assert(client:acquire(i % 2 == 0 and helper.key() or "fence-spec-key"))
             assert.equal("number", type(lock.fence))

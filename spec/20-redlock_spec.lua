@@ -112,7 +112,7 @@ describe("Redlock over 5 servers", function()
     end)
 
     -- a counter far ahead of the servers' clocks (2^52, fences count in
-    -- 2^-20 s: the clock is near 2^50.7 this century)
+    -- microseconds: the clock is near 2^50.7 this century)
     local AHEAD = 2 ^ 52
 
     it("lock.fence is the largest of the fences of the servers that granted", function()

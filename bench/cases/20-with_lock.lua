@@ -10,6 +10,7 @@ return {
     round_trips = cycle.round_trips,
     commands = cycle.commands,
     floor_commands = cycle.floor_commands,
+    occasional = cycle.occasional,
     target = cycle.target,
     setup = function(ctx)
         ctx.client = ctx.redlock.new { servers = ctx.urls }

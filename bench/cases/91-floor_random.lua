@@ -9,5 +9,6 @@ return {
     floor_b = "-r cycle",
     iterations = 1000,
     round_trips = 2,
-    commands = { evalsha = 2, get = 2, set = 1, incr = 1, del = 1 },
+    commands = { evalsha = 2, get = 2, set = 1, incr = 1, time = 1, del = 1 },
+    occasional = { set = 1 },
 }

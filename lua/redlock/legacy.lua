@@ -141,23 +141,22 @@ local function put_back(server, caps, key, old, ours, ttl)
     end
 end
 
--- The clock in fence units: 2^-20 s (the acquire script's, csrc/scripts.h).
-local TICKS = 1048576
-
 -- The fence from INCR's answer f and TIME's {seconds, microseconds} (nil
 -- where the server has no TIME, before 2.6): at least the server's clock in
--- whole seconds, in fence units, so that a counter lost with a restart or a
--- failover does not make fences go back (as long as the clock does not).
--- Below that, INCRBY of the difference: it never lowers the counter
--- whatever runs in between, and it comes at most about once a second per
--- server (the first lock of each second raises the counter for the others).
+-- microseconds truncated to the millisecond (the acquire script's rule,
+-- csrc/scripts.h), so that a counter lost with a restart or a failover does
+-- not make fences go back (as long as the clock does not). Below that,
+-- INCRBY of the difference: it never lowers the counter whatever runs in
+-- between; one more round trip, at most once a millisecond per server.
 -- true, fence | nil, err, code.
 local function fence_seeded(server, key, f, t)
     f = tonumber(f)
     if not f then return unexpected(server, "INCR", f) end
-    local sec = type(t) == "table" and tonumber(t[1])
-    if not sec or f >= sec * TICKS then return true, f end
-    local r, err, code = cmd(server, "INCRBY", fence_key(key), format("%.0f", sec * TICKS - f))
+    local sec, usec = type(t) == "table" and tonumber(t[1]), type(t) == "table" and tonumber(t[2])
+    if not (sec and usec) then return true, f end
+    local base = (sec * 1000 + floor(usec / 1000)) * 1000
+    if f >= base then return true, f end
+    local r, err, code = cmd(server, "INCRBY", fence_key(key), format("%.0f", base - f))
     if r == nil then return nil, err, code end
     return true, tonumber(r)
 end
