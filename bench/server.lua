@@ -3,7 +3,7 @@
 --   memory: bytes of used_memory (INFO memory) per held lock, over LOCKS
 --   locks held at once, against a plain `SET key <token> PX ttl` of the
 --   same keys (the least a lock can store);
---   CPU: the server process's CPU time (/proc/<pid>/stat, user + system)
+--   CPU: the server process's CPU time (INFO cpu: getrusage, user + system)
 --   per uncontended acquire+release, and the time inside its commands
 --   (INFO commandstats), against the floor (bench/floor.c "cycle": the
 --   library's own round trips from C) and the textbook SET NX PX cycle
@@ -48,17 +48,14 @@ for i = 1, LOCKS do assert(data:command("SET", format("bench:mem:%d", i), core.t
 local plain_bytes = (used_memory() - base) / LOCKS
 data:command("FLUSHALL")
 
--- CPU of the server process, ms (clock ticks of /proc/<pid>/stat).
-local TICK_MS = 1000 / tonumber(helper.read_cmd("getconf CLK_TCK"):match("%d+"))
+-- CPU time of the server process, ms: user + system of its main thread
+-- and the rest, as INFO cpu reports them (getrusage, microseconds; the
+-- clock ticks of /proc/<pid>/stat are too coarse for a few seconds of run).
 local function server_cpu_ms()
-    local f = assert(io.open("/proc/" .. server.pid .. "/stat"))
-    local stat = f:read("*l")
-    f:close()
-    local after = stat:match("%) (.*)$")
-    local fields = {}
-    for x in after:gmatch("%S+") do fields[#fields + 1] = x end
-    -- utime and stime: fields 14 and 15 of the whole line, 12 and 13 here
-    return (tonumber(fields[12]) + tonumber(fields[13])) * TICK_MS
+    local info = data:command("INFO", "cpu")
+    local user = tonumber(info:match("used_cpu_user:([%d.]+)"))
+    local sys = tonumber(info:match("used_cpu_sys:([%d.]+)"))
+    return (user + sys) * 1000
 end
 
 local function commands_usec()
