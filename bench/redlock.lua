@@ -72,20 +72,26 @@ local function measure(title, ports, cycles)
     -- server answers, and a busy host must not turn a stall into a failure.
     local one = redlock.new { servers = { urls[1] } }
     local five = redlock.new { servers = urls, server_timeout = 1000 }
+    -- without fences: no write-back of the fence, one parallel round trip less
+    local bare = redlock.new { servers = urls, server_timeout = 1000, fence = false }
     -- warm up: connections, script caches on every server
     cycle_us(one, "bench:1", 20)
     cycle_us(five, "bench:5", 20)
-    local r = { one = {}, five = {}, ratio = {}, f1 = {}, f5 = {}, fratio = {} }
+    cycle_us(bare, "bench:5b", 20)
+    local r = { one = {}, five = {}, ratio = {}, f1 = {}, f5 = {}, fratio = {}, bare = {}, fence = {} }
     -- Interleaved rounds, so that load from elsewhere hits all alike.
     for i = 1, ROUNDS do
         r.one[i] = cycle_us(one, "bench:1", cycles)
         r.five[i] = cycle_us(five, "bench:5", cycles)
         r.ratio[i] = r.five[i] / r.one[i]
+        r.bare[i] = cycle_us(bare, "bench:5b", cycles)
+        r.fence[i] = r.five[i] / r.bare[i]
         r.f1[i], r.f5[i] = floor_us(ports, cycles)
         r.fratio[i] = r.f5[i] / r.f1[i]
     end
     one:close()
     five:close()
+    bare:close()
     print(format("%s: medians of %d rounds of %d cycles", title, ROUNDS, cycles))
     print(format("  %-34s %9s %9s %7s", "", "1 server", "5 servers", "5/1"))
     print(format("  %-34s %7.1fus %7.1fus %6.2fx", "redlock (this library)",
@@ -94,6 +100,8 @@ local function measure(title, ports, cycles)
         median(r.f1), median(r.f5), median(r.fratio)))
     print(format("  %-34s %8.2fx %8.2fx", "redlock / floor",
         median(r.one) / median(r.f1), median(r.five) / median(r.f5)))
+    print(format("  %-34s %9s %7.1fus %6.2fx", "redlock, fence = false", "", median(r.bare), median(r.fence)))
+    print("  (the last column there: the default, with its fence write-back, against fence = false)")
     return median(r.ratio), median(r.fratio)
 end
 
