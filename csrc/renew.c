@@ -296,6 +296,18 @@ static int extend_value(redlock_conn *c, redisReply *rep, char *err) {
     return v;
 }
 
+/* The extend script's arguments after its name: 1 key, the key, token, ttl. */
+static void extend_args(const char **argv, size_t *len, const entry *e, const char *ttl) {
+    argv[2] = "1";
+    len[2] = 1;
+    argv[3] = e->key;
+    len[3] = e->keylen;
+    argv[4] = e->token;
+    len[4] = e->toklen;
+    argv[5] = ttl;
+    len[5] = strlen(ttl);
+}
+
 /* The extend script on server i: 1 extended, 0 the token is not there,
  * -1 failed (err says why). A dropped idle connection is retried once. */
 static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
@@ -305,14 +317,7 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
     size_t len[6];
     redisReply *rep = NULL;
     int rc = 1, stale = 0, attempt;
-    argv[2] = "1";
-    len[2] = 1;
-    argv[3] = e->key;
-    len[3] = e->keylen;
-    argv[4] = e->token;
-    len[4] = e->toklen;
-    argv[5] = ttl;
-    len[5] = strlen(ttl);
+    extend_args(argv, len, e, ttl);
     for (attempt = 0; attempt < 2; attempt++) {
         if (connect_tracked(r, i, err) != 0)
             return -1;
@@ -365,24 +370,15 @@ static void track_all(renewer *r) {
  * try. Counts into *yes and *no; err keeps the last failure's message. */
 static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, int *no, char *err) {
     redisReply *reps[MAX_SERVERS];
-    int stale[MAX_SERVERS], idx[MAX_SERVERS], n = r->nservers, m = 0, i, k, pass;
+    int stale[MAX_SERVERS], n = r->nservers, m = 0, i, k, pass;
     redlock_conn *conns[MAX_SERVERS];
     const char *argv[6];
     size_t len[6];
-    for (i = 0; i < n; i++) {
-        idx[m] = i;
+    for (i = 0; i < n; i++)
         conns[m++] = r->conns[i];
-    }
     for (pass = 0; pass < 2 && m > 0; pass++) {
         int again = 0;
-        argv[2] = "1";
-        len[2] = 1;
-        argv[3] = e->key;
-        len[3] = e->keylen;
-        argv[4] = e->token;
-        len[4] = e->toklen;
-        argv[5] = ttl;
-        len[5] = strlen(ttl);
+        extend_args(argv, len, e, ttl);
         if (redlock_fanout_eval_c(conns, m, r->timeout_ms, extend_script, argv, len, 6, reps, stale) != 0) {
             snprintf(err, ERRLEN, "renewal: out of memory");
             return;
@@ -391,7 +387,6 @@ static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, in
             redlock_conn *c = conns[k];
             if (reps[k] == NULL) {
                 if (pass == 0 && stale[k]) {
-                    idx[again] = idx[k];
                     conns[again++] = c;
                 } else {
                     snprintf(err, ERRLEN, "%s", c->err);
