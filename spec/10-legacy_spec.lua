@@ -93,6 +93,42 @@ describe("legacy mode", function()
             local client
             setup(function() client = new(noscript, { mode = mode }) end)
 
+            -- The timestamp formats other clients write (issue 21), at an
+            -- expiry in Unix ms: seed 004's plain ms, the SETNX example's
+            -- plain seconds, ms with any suffix, ms with a token of ours.
+            local other = redlock.token()
+            local FORMATS = {
+                { "plain ms", function(ms) return format("%d", ms) end },
+                { "plain seconds", function(ms) return format("%d", floor(ms / 1000)) end },
+                { "ms:anything", function(ms) return format("%d:deadbeef", ms) end },
+                { "ms:<32 hex>", function(ms) return value(ms, other) end },
+            }
+
+            for _, f in ipairs(FORMATS) do
+                it("takes over an expired " .. f[1] .. " lock without a ttl; respects a future one", function()
+                    local key = helper.key()
+                    data:command("SET", key, f[2](wall() - 5000))
+                    local c = new(noscript, { mode = mode })
+                    local lock = assert(c:try_acquire(key, { ttl = 5000 }))
+                    assert.equal(lock.token, data:command("GET", key):match(":(%x+)$"))
+                    local _, err, code = new(noscript, { mode = mode }):try_acquire(key)
+                    assert.equal("locked", code, err)
+                    assert.is_true(lock:release())
+                    assert.equal(0, data:command("EXISTS", key))
+                    -- 20 s ahead: held, and the wait reported is the timestamp's
+                    local expiry = wall() + 20000
+                    data:command("SET", key, f[2](expiry))
+                    local none
+                    none, err, code = c:try_acquire(key)
+                    assert.is_nil(none)
+                    assert.equal("locked", code)
+                    local ms = tonumber(err:match("expires in (%d+) ms"))
+                    assert.is_true(ms and ms > 18000 and ms <= 20000, err)
+                    assert.equal(f[2](expiry), data:command("GET", key))
+                    data:command("DEL", key)
+                end)
+            end
+
             it("acquires as '<expiry ms>:<token>' with a server ttl, and releases", function()
                 local key = helper.key()
                 if mode == "auto" then assert.is_nil(client:mode()) end
@@ -336,9 +372,10 @@ describe("legacy mode", function()
             assert.is_true(lock:release())
         end)
 
-        it("treats values not in its format as held, never expired", function()
-            for _, v in ipairs { "someone-else", "123", "1234:5678", "5:" .. ("g"):rep(32),
-                "5:" .. ("A"):rep(32), "1:" .. ("a"):rep(31) } do
+        it("treats values that are no timestamp as held, never expired", function()
+            -- (a decimal integer, alone or before ':', is a timestamp: see above)
+            for _, v in ipairs { "someone-else", "x123", "-5", "12.5", "123abc", " 123", "123 ",
+                ("1"):rep(17), ("7"):rep(32), redlock.token(), "" } do
                 local key = helper.key()
                 data:command("SET", key, v)
                 local _, err, code = client:try_acquire(key)

@@ -33,20 +33,32 @@ local function wait_until(pred, limit)
     return true
 end
 
--- Runs the takeover race on `server` in `mode`; returns the rounds in
--- which two or more workers sent a takeover (GETSET).
-local function race(server, mode, strict)
+-- The expired value a crashed holder left, round r: redlock's own format,
+-- or (foreign) the formats other clients of the recipe write, in turn:
+-- plain ms, plain Unix seconds, ms with any suffix.
+local function left_value(r, foreign)
+    local ms = floor(core.time()) - 2000
+    if not foreign or r % 4 == 0 then return format("%d:%s", ms, redlock.token()) end
+    if r % 4 == 1 then return format("%d", ms) end
+    if r % 4 == 2 then return format("%d", floor(ms / 1000)) end
+    return format("%d:deadbeef", ms)
+end
+
+-- Runs the takeover race on `server` in `mode`, `rounds` times; returns the
+-- rounds in which two or more workers sent a takeover (GETSET).
+local function race(server, mode, strict, rounds, foreign)
+    rounds = rounds or ROUNDS
     local data = assert(core.conn(server:spec()))
     local key = helper.key("race")
     local workers = {}
     for i = 1, WORKERS do
         workers[i] = helper.spawn("spec/workers/legacy_race.lua", server.socket, mode, key, i,
-            WORKERS, ROUNDS)
+            WORKERS, rounds)
     end
     local contested = 0
-    for r = 1, ROUNDS do
+    for r = 1, rounds do
         -- a lock left by a crashed holder: expired timestamp, no server ttl
-        data:command("SET", key, format("%d:%s", floor(core.time()) - 1000, redlock.token()))
+        data:command("SET", key, left_value(r, foreign))
         data:command("SET", key .. ":go:" .. r, format("%d", floor(core.time()) + 30))
         data:command("SET", key .. ":round", tostring(r))
         assert.is_true(wait_until(function()
@@ -104,6 +116,12 @@ describe("legacy mode across processes", function()
             contested, ROUNDS))
         assert.is_true(contested > 0, "the workers never met at the expired lock")
     end)
+
+    it("takeover race for the formats other clients write (plain ms, seconds, ms:x): one winner per round",
+        function()
+            local contested = race(noscript, "legacy", true, 20, true)
+            assert.is_true(contested > 0, "the workers never met at the expired lock")
+        end)
 
     it("takeover race (bare GETSET, no WATCH): exactly one winner per round", function()
         local contested = race(nowatch, "legacy", false)

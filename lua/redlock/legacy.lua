@@ -25,7 +25,7 @@ local time, null = core.time, core.null
 local fence_key = scripted.fence_key -- the server's counter (redlock.util)
 local unpack = util.unpack
 local type, tonumber, select = type, tonumber, select
-local format, match, find = string.format, string.match, string.find
+local format, match, find, sub = string.format, string.match, string.find, string.sub
 local floor, ceil, max = math.floor, math.ceil, math.max
 
 local _M = { name = "legacy" }
@@ -72,11 +72,26 @@ end
 --- Parses a stored value: expiry (unix ms), token; nil for anything not
 -- written by a legacy lock (another client's plain token), which is never
 -- taken for expired.
+-- A stored value as a timestamp lock: its expiry in Unix ms, and the token
+-- when it is one of ours ("<ms>:<32 hex>"); nil when it is no timestamp
+-- lock. A decimal integer, alone or followed by ':' and anything, is one:
+-- what the SETNX/GETSET recipe writes (a plain expiry, as in seed 004's
+-- `System.currentTimeMillis() + timeout + 1`, or in Unix seconds, as in the
+-- Redis documentation's SETNX example) and what other clients write with a
+-- suffix. Its unit follows from its size: below 10^11 it is seconds (10^11
+-- s is in the year 5138), else ms (10^11 ms was in 1973). Anything else (a
+-- script-mode token, a word) is no timestamp: held until its server ttl.
 local function parse(v)
     if type(v) ~= "string" then return nil end
-    local exp, tok = match(v, "^(%d+):([0-9a-f]+)$")
-    if not exp or #exp > 15 or #tok ~= 32 then return nil end
-    return tonumber(exp), tok
+    local digits, rest = match(v, "^(%d+)(.*)$")
+    -- 16 digits of ms reach the year 318857; more is no timestamp (a
+    -- script-mode token of decimal digits only, 32 of them)
+    if not digits or #digits > 16 or (rest ~= "" and sub(rest, 1, 1) ~= ":") then return nil end
+    local exp = tonumber(digits)
+    if exp < 1e11 then exp = exp * 1000 end
+    local tok = match(rest, "^:(%x+)$")
+    if tok and (#tok ~= 32 or find(tok, "%u")) then tok = nil end
+    return exp, tok
 end
 _M.parse = parse
 
