@@ -96,12 +96,12 @@ describe("legacy mode", function()
             -- The timestamp formats other clients write (issue 21), at an
             -- expiry in Unix ms: seed 004's plain ms, the SETNX example's
             -- plain seconds, ms with any suffix, ms with a token of ours.
-            local other = redlock.token()
+            local others_token = redlock.token()
             local FORMATS = {
                 { "plain ms", function(ms) return format("%d", ms) end },
                 { "plain seconds", function(ms) return format("%d", floor(ms / 1000)) end },
                 { "ms:anything", function(ms) return format("%d:deadbeef", ms) end },
-                { "ms:<32 hex>", function(ms) return value(ms, other) end },
+                { "ms:<32 hex>", function(ms) return value(ms, others_token) end },
             }
 
             for _, f in ipairs(FORMATS) do
