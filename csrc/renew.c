@@ -7,10 +7,13 @@
  * server). What Lua reads (expiry, lost) lives in C memory under a mutex, so
  * lock:lost() and lock:remaining() answer without any I/O.
  *
- * core.renewer({conn, ...} [, timeout_ms]) -> renewer
+ * core.renewer({conn, ...} [, timeout_ms [, {legacy, ...}]]) -> renewer
  *   (copies each conn's settings; timeout_ms caps their connect and reply
  *   timeouts, and with several servers the renewal asks them all at once,
- *   each within timeout_ms: the fan-out of csrc/fanout.c)
+ *   each within timeout_ms: the fan-out of csrc/fanout.c; legacy[i] true:
+ *   server i has no scripting, and is extended with WATCH/GET/MULTI/SET/
+ *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
+ *   one after another)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
  *                                            -> renewal, id
  * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
@@ -99,6 +102,8 @@ struct renewer {
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
     int timeout_ms;       /* the fan-out's per-server limit (Redlock), 0: none */
+    int any_legacy;       /* some server is renewed the legacy way */
+    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
     entry *list;
@@ -347,6 +352,132 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
     return extend_value(c, rep, err);
 }
 
+/* One command on server i's connection: 0 and *rep, or -1 (err says why;
+ * the connection is dropped, WATCH and MULTI state with it). */
+static int command_on(renewer *r, int i, int argc, const char **argv, const size_t *len,
+                      redisReply **rep, char *err) {
+    redlock_conn *c = r->conns[i];
+    int stale = 0, rc = redlock_conn_round_trip(c, argc, argv, len, rep, &stale);
+    if (conn_fd(c) < 0)
+        untrack(r, i);
+    if (rc != 0) {
+        snprintf(err, ERRLEN, "%s", c->err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends a command whose reply is not looked at (UNWATCH, DISCARD). */
+static void command_quiet(renewer *r, int i, const char *name) {
+    const char *argv[1];
+    size_t len[1];
+    redisReply *rep = NULL;
+    char err[ERRLEN];
+    argv[0] = name;
+    len[0] = strlen(name);
+    if (command_on(r, i, 1, argv, len, &rep, err) == 0)
+        freeReplyObject(rep);
+}
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Whether a legacy value ("<expiry ms>:<token>") is e's token and not past
+ * its own expiry (lua/redlock/legacy.lua's rule: past it, the lock is not
+ * ours to touch). */
+static int legacy_ours(const redisReply *rep, const entry *e, double now) {
+    const char *colon;
+    double exp = 0;
+    size_t i, digits;
+    if (rep->type != REDIS_REPLY_STRING)
+        return 0;
+    colon = memchr(rep->str, ':', rep->len);
+    if (colon == NULL)
+        return 0;
+    digits = (size_t)(colon - rep->str);
+    if (digits == 0 || digits > 16 || rep->len - digits - 1 != e->toklen ||
+        memcmp(colon + 1, e->token, e->toklen) != 0)
+        return 0;
+    for (i = 0; i < digits; i++) {
+        if (rep->str[i] < '0' || rep->str[i] > '9')
+            return 0;
+        exp = exp * 10 + (rep->str[i] - '0');
+    }
+    return exp > now;
+}
+
+/* Legacy mode's extend on server i (servers without scripting, with WATCH):
+ * WATCH key, GET key; ours and not past its expiry: MULTI, SET key
+ * "<now + ttl>:<token>", PEXPIRE key ttl, EXEC (a nil EXEC: somebody touched
+ * the key meanwhile; -1, and the next round looks again). 1 extended, 0 not
+ * ours any more, -1 failed. */
+static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
+    char value[48 + 256];
+    const char *argv[3];
+    size_t len[3];
+    redisReply *rep = NULL;
+    int ours, v = -1;
+    if (e->toklen > 256) {
+        snprintf(err, ERRLEN, "renewal: token too long");
+        return -1;
+    }
+    if (connect_tracked(r, i, err) != 0)
+        return -1;
+    argv[0] = "WATCH";
+    len[0] = 5;
+    argv[1] = e->key;
+    len[1] = e->keylen;
+    if (command_on(r, i, 2, argv, len, &rep, err) != 0)
+        return -1;
+    freeReplyObject(rep);
+    argv[0] = "GET";
+    len[0] = 3;
+    if (command_on(r, i, 2, argv, len, &rep, err) != 0)
+        return -1;
+    ours = legacy_ours(rep, e, wall_ms());
+    freeReplyObject(rep);
+    if (!ours) {
+        command_quiet(r, i, "UNWATCH");
+        return 0;
+    }
+    snprintf(value, sizeof value, "%.0f:%.*s", floor(wall_ms()) + ext, (int)e->toklen, e->token);
+    argv[0] = "MULTI";
+    len[0] = 5;
+    if (command_on(r, i, 1, argv, len, &rep, err) != 0)
+        return -1;
+    freeReplyObject(rep);
+    argv[0] = "SET";
+    len[0] = 3;
+    argv[2] = value;
+    len[2] = strlen(value);
+    if (command_on(r, i, 3, argv, len, &rep, err) != 0)
+        return -1;
+    freeReplyObject(rep);
+    argv[0] = "PEXPIRE";
+    len[0] = 7;
+    argv[2] = ttl;
+    len[2] = strlen(ttl);
+    if (command_on(r, i, 3, argv, len, &rep, err) != 0)
+        return -1;
+    freeReplyObject(rep);
+    argv[0] = "EXEC";
+    len[0] = 4;
+    if (command_on(r, i, 1, argv, len, &rep, err) != 0)
+        return -1;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        v = 1;
+    else if (rep->type == REDIS_REPLY_ERROR)
+        snprintf(err, ERRLEN, "server: %s: %.*s", r->conns[i]->name,
+                 (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+    else
+        snprintf(err, ERRLEN, "server: %s: the key changed while renewing", r->conns[i]->name);
+    freeReplyObject(rep);
+    return v;
+}
+
 /* Records a dup of each socket the fan-out left open (close() shuts them
  * down), and forgets those it closed. */
 static void track_all(renewer *r) {
@@ -424,11 +555,12 @@ static void renew_one(renewer *r, entry *e, double now) {
     pthread_mutex_unlock(&r->mu);
 
     t0 = mono_ms();
-    if (n >= 2 && r->timeout_ms > 0) {
+    if (n >= 2 && r->timeout_ms > 0 && !r->any_legacy) {
         extend_all(r, e, ttl, &yes, &no, err);
     } else {
+        /* one server, or some in legacy mode: one after another */
         for (i = 0; i < n && !stopping; i++) {
-            int v = extend_on(r, i, e, ttl, err);
+            int v = r->legacy[i] ? legacy_extend_on(r, i, e, ext, ttl, err) : extend_on(r, i, e, ttl, err);
             if (v == 1)
                 yes++;
             else if (v == 0)
@@ -671,7 +803,7 @@ static renewer *open_renewer(lua_State *L) {
     return ud->r;
 }
 
-/* core.renewer({conn, ...} [, timeout_ms]) */
+/* core.renewer({conn, ...} [, timeout_ms [, {legacy, ...}]]) */
 static int renewer_new(lua_State *L) {
     int n, i;
     lua_Integer cap = luaL_optinteger(L, 2, 0);
@@ -713,6 +845,14 @@ static int renewer_new(lua_State *L) {
     }
     if (cap == 0)
         ud->r->timeout_ms = 0; /* one server: asked directly */
+    if (lua_istable(L, 3)) {
+        for (i = 0; i < n; i++) {
+            lua_rawgeti(L, 3, i + 1);
+            ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            ud->r->any_legacy |= ud->r->legacy[i];
+            lua_pop(L, 1);
+        }
+    }
     return 1;
 }
 

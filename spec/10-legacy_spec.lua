@@ -129,6 +129,25 @@ describe("legacy mode", function()
                 end)
             end
 
+            it("with_lock (ttl 300) around a 900 ms function keeps the lock: renewed, then gone", function()
+                local key = helper.key()
+                local c = new(noscript, { mode = mode })
+                local other = new(noscript, { mode = mode })
+                local seen
+                local ok, r = c:with_lock(key, { ttl = 300 }, function(lock)
+                    helper.sleep(600) -- twice the ttl
+                    local _, _, code = other:try_acquire(key)
+                    seen = code
+                    assert.equal(lock.token, data:command("GET", key):match(":(%x+)$"))
+                    helper.sleep(300)
+                    return "done"
+                end)
+                assert.is_true(ok, r)
+                assert.equal("done", r)
+                assert.equal("locked", seen)
+                assert.equal(0, data:command("EXISTS", key))
+            end)
+
             it("acquires as '<expiry ms>:<token>' with a server ttl, and releases", function()
                 local key = helper.key()
                 if mode == "auto" then assert.is_nil(client:mode()) end

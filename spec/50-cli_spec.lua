@@ -261,6 +261,25 @@ describe("redlock command", function()
             assert.equal("", err)
         end)
 
+        it("renews a legacy lock (--mode legacy, a server without scripting) while CMD outlives the ttl",
+            function()
+                local noscript = helper.start_server { config = {
+                    'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
+                    'rename-command FUNCTION ""', 'rename-command FCALL ""' } }
+                finally(function() noscript:stop() end)
+                local lurl, key = noscript:url(), helper.key()
+                local h = start({ "-s", lurl, "--mode", "legacy", "--ttl", "300", "run", key, "--", "sleep", "1" })
+                local d = core.conn(noscript:spec())
+                finally(function() d:close() end)
+                wait_for(function() return d:command("EXISTS", key) == 1 end)
+                helper.sleep(600) -- twice the ttl
+                assert.equal(1, (redlock({ "-s", lurl, "--mode", "legacy", "try", key, "--", "true" })))
+                local code, _, err = finish(h)
+                assert.equal(0, code, err)
+                assert.equal("", err)
+                assert.equal(0, d:command("EXISTS", key))
+            end)
+
         it("a lost lock: says so on stderr and exits 75 once CMD ends", function()
             local key = helper.key()
             local h = start({ "-s", url, "--ttl", "900", "run", key, "--", "sleep", "1.5" })

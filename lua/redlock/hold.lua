@@ -63,17 +63,26 @@ function _M.dispatch(client)
     end
 end
 
--- Renewal runs the extend script, which legacy mode lacks: it needs a
--- majority of servers not known to be legacy ("auto" ones that were down at
--- the acquire count: they answer the script or fail like a down server).
+-- Whether the renewal thread can extend on server: with the extend script,
+-- or in legacy mode with WATCH/MULTI (redlock.legacy's guarded extend, in
+-- C). A legacy server without WATCH cannot be renewed: checking the token
+-- and writing would be two steps another client could come between. ("auto"
+-- servers not decided yet count: they answer the script or fail like a
+-- down server.)
+local function legacy_server(server) return server.ops.name == "legacy" end
+local function can_renew(server)
+    if not legacy_server(server) then return true end
+    return server.caps ~= nil and server.caps.watch
+end
+
+-- Renewal needs a majority of servers it can extend on.
 local function renewable(client)
     local servers = client.servers
-    local n, scripted = #servers, 0
-    if n == 1 then return servers[1].ops.name ~= "legacy" end
+    local n, able = #servers, 0
     for i = 1, n do
-        if servers[i].ops.name ~= "legacy" then scripted = scripted + 1 end
+        if can_renew(servers[i]) then able = able + 1 end
     end
-    return scripted >= floor(n / 2) + 1
+    return able >= floor(n / 2) + 1
 end
 
 local function start_renewal(lock, max_hold, t0)
@@ -81,11 +90,13 @@ local function start_renewal(lock, max_hold, t0)
     if lock.ttl < 3 or not renewable(client) then return end
     local r = client.renewer
     if r == nil then
-        local conns = {}
-        for i, server in ipairs(client.servers) do conns[i] = server:renewal_conn() end
-        -- Redlock: the thread asks the servers one by one, each within the
+        local conns, legacy = {}, {}
+        for i, server in ipairs(client.servers) do
+            conns[i], legacy[i] = server:renewal_conn(), legacy_server(server)
+        end
+        -- Redlock: the thread asks the servers at once, each within the
         -- short per-server timeout (opts.server_timeout, else 50 ms)
-        r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or nil)
+        r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or 0, legacy)
         client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
     end
     local n = #client.servers
