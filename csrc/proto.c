@@ -1,6 +1,7 @@
 /* The protocol without a socket: command encoding and a reply reader, so
  * that a host with its own sockets (nginx cosockets) speaks through the same
  * code as hiredis' blocking connections. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,16 @@
 
 #define READER_MT "redlock.reader"
 
+static int is_integer_subtype(lua_State *L, int i) {
+#if LUA_VERSION_NUM >= 503
+    return lua_isinteger(L, i);
+#else
+    (void)L;
+    (void)i;
+    return 0;
+#endif
+}
+
 int redlock_check_argv(lua_State *L, int first, int last) {
     int i;
     if (last < first)
@@ -23,7 +34,21 @@ int redlock_check_argv(lua_State *L, int first, int last) {
             luaL_argerror(L, i, lua_pushfstring(L, "string expected, got %s",
                                                 luaL_typename(L, i)));
         /* Numbers become strings now, so redlock_argv_alloc never allocates
-         * Lua memory (and so never raises) while it holds C memory. */
+         * Lua memory (and so never raises) while it holds C memory. A whole
+         * number that is a float (every number on 5.1 and LuaJIT, 1e3 on
+         * 5.3+) is written as digits: "%.14g" would give a fence as
+         * 1.79551706688e+15, losing digits, and 5.3's "1000.0" is no integer
+         * to Redis. */
+        if (t == LUA_TNUMBER && !is_integer_subtype(L, i)) {
+            lua_Number v = lua_tonumber(L, i);
+            if (v >= -9007199254740992.0 && v <= 9007199254740992.0 && v == (lua_Number)(long long)v) {
+                char digits[32];
+                snprintf(digits, sizeof digits, "%lld", (long long)v);
+                lua_pushstring(L, digits);
+                lua_replace(L, i);
+                continue;
+            }
+        }
         lua_tolstring(L, i, NULL);
     }
     return last - first + 1;

@@ -16,13 +16,14 @@
  * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
  * e.g. written by hand).
  * The fence: one counter per server (per hash slot on a Cluster), for every
- * lock key: INCR, raised to the server's clock in microseconds, truncated to
- * the millisecond, when below it (a SET at most once a millisecond):
+ * lock key: INCR, raised to the server's clock when below it (a SET at most
+ * once a millisecond); the clock in ms since 2026-01-01 UTC, times 100:
  * strictly increasing across all grants on the server, and, the counter
  * being lost (restart without persistence, failover to a replica that
  * missed it), still above every fence given before as long as the server's
- * clock does not go back (and fewer than 1000 locks a millisecond were
- * granted, beyond what one Redis serves). (TIME needs effects replication before Redis 5:
+ * clock does not go back (and fewer than 100 locks a millisecond were
+ * granted on average, more than one Redis serves). Fences stay below 10^14
+ * until 2057: "%.14g" (tostring on Lua 5.1 and LuaJIT) writes them whole. (TIME needs effects replication before Redis 5:
  * replicate_commands, called first; a server without it, before 3.2, gets
  * the counter alone.) Every grant takes a new fence, our own token found
  * again included: the fence given with a lost reply was never seen.
@@ -46,7 +47,8 @@
     "  local f = redis.call('INCR', counter)\n"                             \
     "  if seeded then\n"                                                    \
     "    local t = redis.call('TIME')\n"                                    \
-    "    local base = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000\n" \
+    "    local base = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+    "      - 1767225600000) * 100\n"                                         \
     "    if f < base then\n"                                                \
     "      redis.call('SET', counter, string.format('%.0f', base))\n"       \
     "      f = base\n"                                                      \

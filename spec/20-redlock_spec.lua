@@ -111,8 +111,8 @@ describe("Redlock over 5 servers", function()
         assert.truthy(assert(b:try_acquire(key)):release())
     end)
 
-    -- a counter far ahead of the servers' clocks (2^52, fences count in
-    -- microseconds: the clock is near 2^50.7 this century)
+    -- a counter far ahead of the servers' clocks (2^52; fences count ms
+    -- since 2026 times 100: near 2^41 today)
     local AHEAD = 2 ^ 52
 
     it("lock.fence is the largest of the fences of the servers that granted", function()

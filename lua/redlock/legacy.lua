@@ -156,9 +156,12 @@ local function put_back(server, caps, key, old, ours, ttl)
     end
 end
 
+-- The fences' clock starts on 2026-01-01 UTC (the acquire script's).
+local FENCE_EPOCH_MS = 1767225600000
+
 -- The fence from INCR's answer f and TIME's {seconds, microseconds} (nil
 -- where the server has no TIME, before 2.6): at least the server's clock in
--- microseconds truncated to the millisecond (the acquire script's rule,
+-- ms since 2026-01-01, times 100 (the acquire script's rule,
 -- csrc/scripts.h), so that a counter lost with a restart or a failover does
 -- not make fences go back (as long as the clock does not). Below that,
 -- INCRBY of the difference: it never lowers the counter whatever runs in
@@ -169,7 +172,7 @@ local function fence_seeded(server, key, f, t)
     if not f then return unexpected(server, "INCR", f) end
     local sec, usec = type(t) == "table" and tonumber(t[1]), type(t) == "table" and tonumber(t[2])
     if not (sec and usec) then return true, f end
-    local base = (sec * 1000 + floor(usec / 1000)) * 1000
+    local base = (sec * 1000 + floor(usec / 1000) - FENCE_EPOCH_MS) * 100
     if f >= base then return true, f end
     local r, err, code = cmd(server, "INCRBY", fence_key(key), format("%.0f", base - f))
     if r == nil then return nil, err, code end
