@@ -5,6 +5,7 @@ LUA_PC      := $(if $(filter jit,$(LUA_VERSION)),luajit,lua$(LUA_VERSION))
 LUA         ?= $(LUA_PC)
 LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I/usr/include/$(LUA_PC))
 HIREDIS_LIBS ?= $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
+SSL_LIBS    ?= $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 BUILD       ?= build
 CC          ?= cc
 CFLAGS      ?= -O2 -g
@@ -21,7 +22,7 @@ build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/te
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 # A C program for spec/01: tokens after fork() (see csrc/token.h).
 $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h

@@ -1,0 +1,124 @@
+-- TLS (rediss:// and the tls table): redis-server with --tls-port and
+-- certificates made by openssl at test time (one set for the whole file).
+local helper = require "helper"
+local redlock = require "redlock"
+
+describe("TLS", function()
+    local certs, plain, mutual, expired, others
+    setup(function()
+        certs = helper.tls_certs()
+        plain = helper.start_tls_server(certs) -- tls-auth-clients no
+        mutual = helper.start_tls_server(certs, { auth_clients = "yes" })
+        expired = helper.start_tls_server(certs, { cert = certs.expired_crt })
+        others = { helper.start_tls_server(certs), helper.start_tls_server(certs) }
+    end)
+    teardown(function() helper.stop_all() end)
+
+    local function client_on(server, tls, extra)
+        local o = { servers = { server:tls_url() }, tls = tls, retry_delay = 10,
+                    connect_timeout = 1000 }
+        for k, v in pairs(extra or {}) do o[k] = v end
+        return redlock.new(o)
+    end
+
+    local function lock_cycle(c)
+        local key = helper.key("tls")
+        local lock = assert(c:acquire(key, { ttl = 5000 }))
+        assert.is_nil(c:try_acquire(key))
+        assert.is_true(lock:extend(5000))
+        assert.is_true(lock:release())
+        local again = assert(c:try_acquire(key))
+        assert.is_true(again:release())
+    end
+
+    it("runs the lock API over rediss:// with the test CA (no client certificate)", function()
+        local c = client_on(plain, { ca_file = certs.ca })
+        lock_cycle(c)
+        c:close()
+    end)
+
+    it("takes the tls table in a server table, and server_name for a name check", function()
+        local c = redlock.new { servers = { { host = "127.0.0.1", port = plain.tls_port,
+            tls = { ca_file = certs.ca, server_name = "localhost" } } } }
+        lock_cycle(c)
+        c:close()
+    end)
+
+    it("sends a client certificate to a server with tls-auth-clients yes", function()
+        local c = client_on(mutual, { ca_file = certs.ca, cert_file = certs.client_crt,
+                                      key_file = certs.client_key })
+        lock_cycle(c)
+        c:close()
+        local bare = client_on(mutual, { ca_file = certs.ca })
+        local lock, err, code = bare:try_acquire(helper.key("tls"))
+        assert.is_nil(lock)
+        assert.equal("connection", code)
+        assert.truthy(err:find("127.0.0.1:" .. mutual.tls_port, 1, true), err)
+        bare:close()
+    end)
+
+    it("runs Redlock over 3 TLS servers, and renewal over TLS", function()
+        local tls = { ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key }
+        local c = redlock.new { servers = { mutual:tls_url(), others[1]:tls_url(),
+                                            others[2]:tls_url() }, tls = tls, retry_delay = 10 }
+        lock_cycle(c)
+        local key = helper.key("tls")
+        local other = redlock.new { servers = { mutual:tls_url(), others[1]:tls_url(),
+                                                others[2]:tls_url() }, tls = tls }
+        local ok, taken = c:with_lock(key, { ttl = 300 }, function()
+            helper.sleep(900) -- three ttls: only the renewal thread keeps it
+            return other:try_acquire(key)
+        end)
+        assert.is_true(ok)
+        assert.is_nil(taken)
+        c:close()
+        other:close()
+    end)
+
+    -- Each failure: a connection error naming the server and the reason.
+    local function refused(c, server_port, reason)
+        local lock, err, code = c:try_acquire(helper.key("tls"))
+        assert.is_nil(lock)
+        assert.equal("connection", code)
+        assert.truthy(err:find("127.0.0.1:" .. server_port, 1, true), err)
+        assert.truthy(err:find(reason), err)
+        c:close()
+    end
+
+    it("refuses an unknown CA, a wrong name and an expired certificate", function()
+        refused(client_on(plain, { ca_file = certs.other_ca }), plain.tls_port,
+            "unknown CA")
+        refused(client_on(plain, { ca_file = certs.ca, server_name = "wrong.example" }),
+            plain.tls_port, "name mismatch")
+        refused(client_on(expired, { ca_file = certs.ca }), expired.tls_port,
+            "expired certificate")
+        -- rediss:// alone: the system's CA store does not know the test CA
+        refused(client_on(plain, nil), plain.tls_port, "unknown CA")
+    end)
+
+    it("verify = false skips the checks (unsafe, explicit)", function()
+        lock_cycle(client_on(expired, { verify = false, server_name = "wrong.example" }))
+    end)
+
+    it("refuses a plaintext server on a TLS URL, and answers a plain URL on a TLS port " ..
+       "with a connection error (never a hang)", function()
+        refused(redlock.new { servers = { string.format("rediss://127.0.0.1:%d", plain.port) },
+                              tls = { ca_file = certs.ca } },
+            plain.port, "plaintext server")
+        refused(redlock.new { servers = { string.format("redis://127.0.0.1:%d", plain.tls_port) },
+                              timeout = 500 },
+            plain.tls_port, "connection")
+    end)
+
+    it("checks the tls options", function()
+        assert.has_error(function() redlock.new { tls = { ca_fle = "x" } } end,
+            "bad option 'tls' to 'new' (unknown field 'ca_fle' in tls)")
+        assert.has_error(function() redlock.new { tls = { verify = "no" } } end,
+            "bad option 'tls' to 'new' (field 'verify' of tls: boolean expected, got string)")
+        assert.has_error(function() redlock.new { tls = { cert_file = "c" } } end,
+            "bad option 'tls' to 'new' (tls: cert_file and key_file go together)")
+        local c = redlock.new { servers = { { host = "127.0.0.1", port = plain.tls_port,
+            tls = { ca_file = certs.dir .. "/missing.crt" } } } }
+        refused(c, plain.tls_port, "could not load ca_file")
+    end)
+end)
