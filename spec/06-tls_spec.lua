@@ -60,7 +60,8 @@ describe("TLS", function()
     it("runs Redlock over 3 TLS servers, and renewal over TLS", function()
         local tls = { ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key }
         local c = redlock.new { servers = { mutual:tls_url(), others[1]:tls_url(),
-                                            others[2]:tls_url() }, tls = tls, retry_delay = 10 }
+                                            others[2]:tls_url() }, tls = tls, retry_delay = 10,
+                            server_timeout = 1000 }
         lock_cycle(c)
         local key = helper.key("tls")
         local other = redlock.new { servers = { mutual:tls_url(), others[1]:tls_url(),
@@ -108,6 +109,32 @@ describe("TLS", function()
         refused(redlock.new { servers = { string.format("redis://127.0.0.1:%d", plain.tls_port) },
                               timeout = 500 },
             plain.tls_port, "connection")
+    end)
+
+    -- bin/redlock with env assignments before it; returns its exit code and output
+    local function cli(env, args)
+        local out = helper.read_cmd(string.format("env %s %s bin/redlock %s 2>&1; echo \"rc=$?\"",
+            env, os.getenv("REDLOCK_LUA") or "lua5.4", args))
+        return tonumber(out:match("rc=(%d+)%s*$")), out
+    end
+
+    it("the CLI: --tls-* options and REDLOCK_TLS_* variables", function()
+        local key = helper.key("tls")
+        local code, out = cli("", string.format(
+            "run -s %s --tls-ca-file %s --tls-cert-file %s --tls-key-file %s %s -- sh -c 'echo held'",
+            mutual:tls_url(), certs.ca, certs.client_crt, certs.client_key, key))
+        assert.equal(0, code, out)
+        assert.truthy(out:find("held", 1, true), out)
+        code, out = cli("REDLOCK_TLS_CA_FILE=" .. certs.ca .. " REDLOCK_TLS_SERVER_NAME=localhost",
+            string.format("run -s redis://127.0.0.1:%d %s -- true", plain.tls_port, key))
+        assert.equal(0, code, out)
+        code, out = cli("REDLOCK_TLS_CA_FILE=" .. certs.other_ca,
+            string.format("try -s %s %s", plain:tls_url(), key))
+        assert.equal(69, code, out)
+        assert.truthy(out:find("unknown CA", 1, true), out)
+        code, out = cli("REDLOCK_TLS_INSECURE=1", string.format("try -s %s %s -- true",
+            expired:tls_url(), key))
+        assert.equal(0, code, out)
     end)
 
     it("checks the tls options", function()
