@@ -76,6 +76,31 @@ describe("TLS", function()
         other:close()
     end)
 
+    it("after fork(), parent and child each use their own TLS session", function()
+        local build = os.getenv("REDLOCK_BUILD") or "build"
+        local forktest = assert(package.loadlib(build .. "/tests/forktest.so", "luaopen_forktest"))()
+        local c = client_on(plain, { ca_file = certs.ca })
+        local function cycles(key)
+            for i = 1, 50 do
+                local lock, err = c:acquire(key, { wait = 2000 })
+                if not lock then return "acquire " .. i .. ": " .. tostring(err) end
+                local ok, rerr = lock:release()
+                if not ok then return "release " .. i .. ": " .. tostring(rerr) end
+            end
+        end
+        assert(c:acquire(helper.key("tls"))):release() -- a session made before the fork
+        local pid = forktest.fork()
+        if pid == 0 then
+            local failure = cycles(helper.key("child"))
+            if failure then io.stderr:write("child: ", failure, "\n") end
+            forktest.exit(failure and 1 or 0)
+        end
+        local failure = cycles(helper.key("parent"))
+        assert.is_nil(failure)
+        assert.equal(0, forktest.wait(pid), "the child failed (see its message above)")
+        c:close()
+    end)
+
     -- Each failure: a connection error naming the server and the reason.
     local function refused(c, server_port, reason)
         local lock, err, code = c:try_acquire(helper.key("tls"))
