@@ -339,9 +339,12 @@ long redlock_tls_read(redlock_conn *u, char *buf, size_t len, int nonblock) {
         return 0;
     }
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        /* nothing yet (nonblock), or SO_RCVTIMEO ran out */
-        if (errno == 0)
-            errno = EAGAIN;
+        /* nothing yet (nonblock: not an error of the context), or
+         * SO_RCVTIMEO ran out */
+        errno = EAGAIN;
+        ERR_clear_error();
+        if (nonblock)
+            return -1;
     } else if (errno == 0) {
         errno = EPROTO;
     }
