@@ -9,6 +9,7 @@ LUA_INCDIR  := $(firstword $(wildcard $(if $(filter jit,$(LUA_VERSION)),/usr/inc
 	/usr/include/luajit-2.0) /usr/include/$(LUA_PC)) /usr/include/$(LUA_PC))
 LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR))
 HIREDIS_LIBS ?= $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
+SSL_LIBS    ?= $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 BUILD       ?= build
 CC          ?= cc
 CFLAGS      ?= -O2 -g
@@ -18,14 +19,14 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-redlock bench-contended bench-nginx bench-server \
+	bench bench-deps bench-redlock bench-contended bench-nginx bench-server bench-tls \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 # A C program for spec/01: tokens after fork() (see csrc/token.h).
 $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
@@ -114,7 +115,7 @@ demo: deps build
 # Benchmarks: never part of `make test`. Other benchmark targets join by
 # adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
 FLOOR       := $(BUILD)/bench/floor
-BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server
+BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server bench-tls
 
 $(FLOOR): bench/floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
@@ -167,6 +168,14 @@ bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) BENCH_BIN=$(BENCH_BIN) \
 	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/redlock.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
+
+# The cycle over TLS against the same without TLS (bench/tls.lua).
+bench-tls: build
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) \
+	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/tls.lua; rc=$$?; \
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
 

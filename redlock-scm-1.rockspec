@@ -5,7 +5,7 @@ source = {
    url = "git+file:///dev/null", -- built from this tree with `luarocks make`
 }
 description = {
-   summary = "Redis distributed locks for Lua, with a C core on hiredis",
+   summary = "Redis distributed locks for Lua, with a C core on hiredis (and OpenSSL for TLS)",
    detailed = [[
 Single-instance locks and Redlock across several Redis masters: acquire,
 try_acquire, extend, release and with_lock, token-checked atomic scripts,
@@ -21,6 +21,10 @@ external_dependencies = {
    HIREDIS = {
       header = "hiredis/hiredis.h",
       library = "hiredis",
+   },
+   OPENSSL = {
+      header = "openssl/ssl.h",
+      library = "ssl",
    },
 }
 build = {
@@ -56,12 +60,13 @@ build = {
             "csrc/script.c",
             "csrc/sha1.c",
             "csrc/slot.c",
+            "csrc/tls.c",
             "csrc/token.c",
          },
-         incdirs = { "$(HIREDIS_INCDIR)" },
-         libdirs = { "$(HIREDIS_LIBDIR)" },
-         -- pthread: the renewal thread (csrc/renew.c)
-         libraries = { "hiredis", "pthread" },
+         incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
+         libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },
+         -- pthread: the renewal thread (csrc/renew.c); ssl, crypto: TLS (csrc/tls.c)
+         libraries = { "hiredis", "ssl", "crypto", "pthread" },
       },
    },
    install = {

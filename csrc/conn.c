@@ -20,6 +20,7 @@
 
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
+#include <openssl/ssl.h>
 
 #include "proto.h"
 #include "resp.h"
@@ -36,6 +37,7 @@ enum { OK = 0, E_CONNECTION, E_SERVER };
 static const char *const code_words[] = {"", "connection", "server"};
 
 static void free_ctx(conn_ud *u) {
+    redlock_tls_free(u);
     if (u->ctx != NULL) {
         redisFree(u->ctx);
         u->ctx = NULL;
@@ -62,6 +64,15 @@ static void conn_destroy(conn_ud *u) {
     free(u->username);
     u->username = NULL;
     wipe_free(&u->password);
+    if (u->tls != NULL) {
+        redlock_tls_settings_free(u->tls);
+        free(u->tls);
+        u->tls = NULL;
+    }
+    if (u->sslctx != NULL) {
+        SSL_CTX_free(u->sslctx);
+        u->sslctx = NULL;
+    }
     u->closed = 1;
 }
 
@@ -87,7 +98,39 @@ static int io_error(conn_ud *u, int saved_errno, const char *doing) {
 }
 
 /* Runs one command on a fresh context during connect (AUTH, SELECT). */
-static int flush_obuf(redisContext *c);
+static int flush_obuf(conn_ud *u);
+
+/* redisGetReply, but reading through the TLS session when there is one. */
+static int get_reply(conn_ud *u, void **reply) {
+    char buf[16384];
+    if (u->ssl == NULL)
+        return redisGetReply(u->ctx, reply);
+    *reply = NULL;
+    for (;;) {
+        long n;
+        if (redisReaderGetReply(u->ctx->reader, reply) != REDIS_OK) {
+            u->ctx->err = REDIS_ERR_PROTOCOL;
+            snprintf(u->ctx->errstr, sizeof u->ctx->errstr, "%s", u->ctx->reader->errstr);
+            errno = EPROTO;
+            return REDIS_ERR;
+        }
+        if (*reply != NULL)
+            return REDIS_OK;
+        n = redlock_tls_read(u, buf, sizeof buf, 0);
+        if (n == 0) {
+            u->ctx->err = REDIS_ERR_EOF;
+            snprintf(u->ctx->errstr, sizeof u->ctx->errstr, "Server closed the connection");
+            errno = 0;
+            return REDIS_ERR;
+        }
+        if (n < 0)
+            return REDIS_ERR;
+        if (redisReaderFeed(u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
+            errno = EPROTO;
+            return REDIS_ERR;
+        }
+    }
+}
 
 /* Through flush_obuf like every other command: redisCommandArgv would
  * write() and so could raise SIGPIPE if the server drops us during AUTH. */
@@ -96,7 +139,7 @@ static int setup_command(conn_ud *u, int argc, const char **argv, const char *wh
     redisReply *r;
     int rc = OK;
     if (redisAppendCommandArgv(u->ctx, argc, argv, NULL) != REDIS_OK ||
-        flush_obuf(u->ctx) != 0 || redisGetReply(u->ctx, &reply) != REDIS_OK || reply == NULL) {
+        flush_obuf(u) != 0 || get_reply(u, &reply) != REDIS_OK || reply == NULL) {
         io_error(u, errno, what);
         return E_CONNECTION;
     }
@@ -139,6 +182,10 @@ static int conn_connect(conn_ud *u) {
         free_ctx(u);
         return E_CONNECTION;
     }
+    if (u->tls != NULL && redlock_tls_handshake(u) != 0) {
+        free_ctx(u);
+        return E_CONNECTION;
+    }
     if (u->password != NULL) {
         const char *argv[3] = {"AUTH", u->username, u->password};
         if (u->username == NULL) {
@@ -168,8 +215,11 @@ static int conn_connect(conn_ud *u) {
 /* Writes the output buffer with MSG_NOSIGNAL: hiredis 0.14 uses write(),
  * which raises SIGPIPE on a dropped connection and kills a host that did not
  * ignore it. Returns 0, 1 (would block, nonblock only), or -1 with errno set. */
-int redlock_conn_flush(redisContext *c, int nonblock) {
+int redlock_conn_flush(redlock_conn *u, int nonblock) {
+    redisContext *c = u->ctx;
     int flags = MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0);
+    if (u->ssl != NULL)
+        return redlock_tls_flush(u);
     while (sdslen(c->obuf) > 0) {
         ssize_t n = send(c->fd, c->obuf, sdslen(c->obuf), flags);
         if (n < 0) {
@@ -186,7 +236,7 @@ int redlock_conn_flush(redisContext *c, int nonblock) {
     return 0;
 }
 
-static int flush_obuf(redisContext *c) { return redlock_conn_flush(c, 0); }
+static int flush_obuf(conn_ud *u) { return redlock_conn_flush(u, 0); }
 
 redlock_conn *redlock_conn_test(lua_State *L, int idx) {
     return (redlock_conn *)luaL_testudata(L, idx, REDLOCK_CONN_MT);
@@ -228,7 +278,7 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     }
     if (cmd != stack)
         free(cmd);
-    if (flush_obuf(u->ctx) != 0 || redisGetReply(u->ctx, &reply) != REDIS_OK) {
+    if (flush_obuf(u) != 0 || get_reply(u, &reply) != REDIS_OK) {
         saved = errno;
         timed_out = io_error(u, saved, "waiting for a reply");
         *stale = reused && !timed_out;
@@ -259,6 +309,11 @@ static int copy_settings(conn_ud *dst, const conn_ud *src) {
     DUP(username);
     DUP(password);
 #undef DUP
+    if (src->tls != NULL) {
+        dst->tls = calloc(1, sizeof *dst->tls);
+        if (dst->tls == NULL || redlock_tls_settings_copy(dst->tls, src->tls) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -462,11 +517,45 @@ static char *dup_or_null(lua_State *L, const char *s) {
     return d;
 }
 
+/* The tls = {...} table of conn's options into t (borrowed strings, alive
+ * while the options table is); 0 when there is none. Raises on bad fields. */
+static int opt_tls(lua_State *L, redlock_tls *t) {
+    int idx;
+    memset(t, 0, sizeof *t);
+    lua_getfield(L, 1, "tls");
+    if (lua_isnil(L, -1) || (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    if (lua_type(L, -1) != LUA_TTABLE)
+        luaL_error(L, "bad option 'tls' to 'conn' (table expected, got %s)", luaL_typename(L, -1));
+    idx = lua_gettop(L);
+    t->ca_file = opt_string(L, idx, "ca_file", 0);
+    t->ca_path = opt_string(L, idx, "ca_path", 0);
+    t->cert_file = opt_string(L, idx, "cert_file", 0);
+    t->key_file = opt_string(L, idx, "key_file", 0);
+    t->server_name = opt_string(L, idx, "server_name", 0);
+    lua_getfield(L, idx, "verify");
+    if (lua_isnil(L, -1))
+        t->verify = 1;
+    else if (lua_type(L, -1) == LUA_TBOOLEAN)
+        t->verify = lua_toboolean(L, -1);
+    else
+        luaL_error(L, "bad option 'tls.verify' to 'conn' (boolean expected, got %s)",
+                   luaL_typename(L, -1));
+    lua_pop(L, 2); /* the strings stay alive: the table is still in the options */
+    if ((t->cert_file == NULL) != (t->key_file == NULL))
+        luaL_error(L, "bad option 'tls' to 'conn' (cert_file and key_file go together)");
+    return 1;
+}
+
 /* conn{host=, port=, path=, username=, password=, db=, connect_timeout=,
- * timeout=} -> an unconnected conn. Checks everything before allocating. */
+ * timeout=, tls=} -> an unconnected conn. Checks everything before
+ * allocating. */
 static int conn_new(lua_State *L) {
     const char *host, *path, *username, *password;
-    int port, db, cto, to;
+    int port, db, cto, to, has_tls;
+    redlock_tls tls;
     conn_ud *u;
     luaL_checktype(L, 1, LUA_TTABLE);
     path = opt_string(L, 1, "path", 0);
@@ -479,6 +568,7 @@ static int conn_new(lua_State *L) {
     to = opt_int(L, 1, "timeout", 1000, 0, 86400000);
     if (username != NULL && password == NULL)
         return luaL_error(L, "bad option 'username' to 'conn' (needs a password)");
+    has_tls = opt_tls(L, &tls);
 
     u = (conn_ud *)lua_newuserdata(L, sizeof *u);
     memset(u, 0, sizeof *u);
@@ -498,6 +588,11 @@ static int conn_new(lua_State *L) {
     u->path = dup_or_null(L, path);
     u->username = dup_or_null(L, username);
     u->password = dup_or_null(L, password);
+    if (has_tls) {
+        u->tls = calloc(1, sizeof *u->tls);
+        if (u->tls == NULL || redlock_tls_settings_copy(u->tls, &tls) != 0)
+            return luaL_error(L, "out of memory"); /* __gc frees the partial copy */
+    }
     return 1;
 }
 

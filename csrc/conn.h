@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 
 #include "compat.h"
+#include "tls.h"
 
 #define REDLOCK_CONN_MT "redlock.conn"
 #define REDLOCK_CONN_ERRLEN 512
@@ -17,6 +18,9 @@ typedef struct redlock_conn {
     int connect_timeout_ms, timeout_ms;
     int closed;
     unsigned gen; /* the fork generation (token.h) ctx was made in */
+    redlock_tls *tls;               /* NULL: plaintext */
+    struct ssl_ctx_st *sslctx;      /* made at the first handshake */
+    struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
     char name[128];
     char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
 } redlock_conn;
@@ -34,9 +38,10 @@ void redlock_conn_drop(redlock_conn *u);
 void redlock_conn_forget_inherited(redlock_conn *u);
 
 /* Writes the output buffer with send(MSG_NOSIGNAL) (see conn.c), adding
- * MSG_DONTWAIT when nonblock. Returns 0 when all is written, 1 when the
+ * MSG_DONTWAIT when nonblock; over TLS, SSL_write (blocking: a command is
+ * small). Returns 0 when all is written, 1 when the
  * socket would block (nonblock only), -1 on error with errno set. */
-int redlock_conn_flush(redisContext *c, int nonblock);
+int redlock_conn_flush(redlock_conn *u, int nonblock);
 
 /* For the renewal thread, which owns private clones: these never touch a
  * lua_State nor raise. Error codes: 0 ok, 1 connection, 2 server; the

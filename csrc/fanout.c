@@ -198,7 +198,7 @@ static void finish_connect(slot *s) {
 }
 
 static void do_write(slot *s) {
-    int r = redlock_conn_flush(s->u->ctx, 1);
+    int r = redlock_conn_flush(s->u, 1);
     if (r == 0)
         s->state = S_READING;
     else if (r < 0)
@@ -256,9 +256,43 @@ static void take_replies(batch *b, slot *s) {
     }
 }
 
+/* Over TLS: reads until the session has nothing more, so that no
+ * decrypted byte waits in OpenSSL's buffer (SSL_pending) while poll()
+ * sleeps on a socket that has nothing new. */
+static void do_read_tls(batch *b, slot *s) {
+    char buf[READ_CHUNK];
+    for (;;) {
+        long n = redlock_tls_read(s->u, buf, sizeof buf, 1);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)",
+                 s->u->ctx->errstr);
+            return;
+        }
+        if (n == 0) {
+            fail(s, RC_CONNECTION, stale_flag(s),
+                 "lost the connection waiting for a reply (closed by the server)");
+            return;
+        }
+        s->got_bytes = 1;
+        if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
+            return;
+        }
+        take_replies(b, s);
+        if (s->state != S_READING)
+            return;
+    }
+}
+
 static void do_read(batch *b, slot *s) {
     char buf[READ_CHUNK];
     ssize_t n;
+    if (s->u->ssl != NULL) {
+        do_read_tls(b, s);
+        return;
+    }
     do {
         n = recv(s->u->ctx->fd, buf, sizeof buf, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
@@ -291,7 +325,19 @@ static void start(batch *b, slot *s) {
         return;
     }
     redlock_conn_forget_inherited(u);
-    if (u->ctx == NULL) {
+    if (u->ctx == NULL && u->tls != NULL) {
+        /* TLS: connected and handshaken one server at a time, within its
+         * connect timeout (conn.c); the round trips still go in parallel */
+        int rc = redlock_conn_ensure(u);
+        s->reused = 0;
+        if (rc != 0) {
+            s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
+            s->flag = F_NONE;
+            s->state = S_DONE;
+            return;
+        }
+        s->state = S_WRITING;
+    } else if (u->ctx == NULL) {
         start_connect(s);
         if (s->state == S_DONE)
             return;

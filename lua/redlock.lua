@@ -67,7 +67,7 @@ end
 
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
---   drift_factor, mode, connect_timeout, timeout (see README)
+--   drift_factor, mode, connect_timeout, timeout, tls (see README)
 -- @treturn Client
 function _M.new(opts)
     if opts ~= nil and type(opts) ~= "table" then
@@ -75,7 +75,7 @@ function _M.new(opts)
     end
     opts = opts or {}
     local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
-    local specs = options.servers(opts.servers)
+    local specs = options.servers(opts.servers, o.tls)
     -- Inside nginx: cosockets where the phase allows, else hiredis
     -- (redlock.cosocket decides per call); elsewhere hiredis' sockets.
     local transport = cosocket.in_nginx() and cosocket or server_mod

@@ -200,13 +200,20 @@ describe("renewal", function()
         assert.is_true(lock:release())
     end)
 
-    it("does not renew in legacy mode (renew is ignored there)", function()
+    it("renews in legacy mode too (WATCH/MULTI in the renewal thread); not without WATCH", function()
         local c = redlock.new { servers = { server:url() }, mode = "legacy" }
         local ok, renewal = c:with_lock(helper.key(), { ttl = 2000 }, function(lock) return lock.renewal end)
+        assert.is_true(ok)
+        assert.truthy(renewal)
+        c:close()
+        local nowatch = helper.start_server { config = { 'rename-command WATCH ""' } }
+        c = redlock.new { servers = { nowatch:url() }, mode = "legacy" }
+        ok, renewal = c:with_lock(helper.key(), { ttl = 2000 }, function(lock) return lock.renewal end)
         assert.is_true(ok)
         assert.is_falsy(renewal)
         assert.is_nil(c.renewer)
         c:close()
+        nowatch:stop()
     end)
 
     describe("lifetime", function()

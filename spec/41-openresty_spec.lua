@@ -27,11 +27,12 @@ local SERVER = [[
         location = /watch { content_by_lua_block { require("probe").watch() } }
         location = /auth { content_by_lua_block { require("probe").auth() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
-        location = /renewing { content_by_lua_block { require("probe").renewing() } }]]
-local function start(redis, workers, redlock_ports)
+        location = /renewing { content_by_lua_block { require("probe").renewing() } }
+        location = /tls { content_by_lua_block { require("probe").tls() } }]]
+local function start(redis, workers, redlock_ports, http)
     local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
-    return nginx.start { workers = workers, redis = redis, http = HTTP, server = SERVER, init = init,
-        lua_path = LUA_PATH }
+    return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""), server = SERVER,
+        init = init, lua_path = LUA_PATH }
 end
 
 local function lines(body)
@@ -325,6 +326,53 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("yes", t.on_lost, body)
             assert.equal("true", t.handle_lost, body)
             assert.equal("active=false", (ngx_server:get("/renewing")))
+        end)
+    end)
+
+    describe("TLS (cosocket sslhandshake)", function()
+        local certs, plain, mutual
+        setup(function()
+            certs = helper.tls_certs()
+            plain = helper.start_tls_server(certs)
+            mutual = helper.start_tls_server(certs, { auth_clients = "yes" })
+            ngx_server = start(redis, 1, redlock_ports, string.format(
+                "\n    lua_ssl_trusted_certificate %s;\n    lua_ssl_verify_depth 2;", certs.ca))
+        end)
+        teardown(function()
+            ngx_server:stop()
+            ngx_server = nil
+        end)
+
+        local function tls_get(server, extra)
+            local key = helper.key("tls")
+            return key, lines(ngx_server:get(string.format("/tls?port=%d&key=%s%s", server.tls_port,
+                key, extra or "")))
+        end
+
+        -- nginx checks a host name only, never an IP address: server_name
+        -- names the certificate's DNS name (localhost) for 127.0.0.1
+        it("locks over TLS, with a client certificate where the server asks for one", function()
+            local key, t = tls_get(plain, "&name=localhost")
+            assert.matches("^%x+$", t.token or "", t.err)
+            assert.equal(t.token, plain:cli("GET", key))
+            key, t = tls_get(mutual, string.format("&name=localhost&cert=%s&pkey=%s", certs.client_crt,
+                certs.client_key))
+            assert.matches("^%x+$", t.token or "", t.err)
+            assert.equal(t.token, mutual:cli("GET", key))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("refuses a wrong name and a plaintext port with a connection error naming the server",
+            function()
+            local _, t = tls_get(plain, "&name=wrong.example")
+            assert.equal("connection", t.code, t.err)
+            assert.matches("127%.0%.0%.1:" .. plain.tls_port .. ": TLS handshake failed", t.err)
+            _, t = tls_get({ tls_port = plain.port })
+            assert.equal("connection", t.code, t.err)
+            assert.matches("TLS handshake failed", t.err)
+            -- verify off: the name no longer matters
+            _, t = tls_get(plain, "&name=wrong.example&insecure=1")
+            assert.matches("^%x+$", t.token or "", t.err)
         end)
     end)
 end)

@@ -152,6 +152,65 @@ function Server:start()
     error("could not start redis-server in " .. self.dir)
 end
 
+--- Test certificates made by `openssl` in a fresh directory (once per
+-- spec file: call it once and share the result). Returns a table of paths:
+-- ca (the CA's certificate), server_crt/server_key (for 127.0.0.1 and
+-- localhost), client_crt/client_key, expired_crt (the server's key, expired
+-- yesterday), other_ca (a CA that signed nothing here), dir.
+function _M.tls_certs()
+    local dir = fresh_dir("tls")
+    local script = [[
+set -e
+cd "$1"
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+key ca.key; key other-ca.key; key server.key; key client.key
+openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=redlock-test-ca 2>/dev/null
+openssl req -x509 -new -key other-ca.key -out other-ca.crt -days 2 -subj /CN=redlock-other-ca 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > san.ext
+openssl req -new -key server.key -out server.csr -subj /CN=localhost 2>/dev/null
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt 2>/dev/null
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days -1 -extfile san.ext -out expired.crt 2>/dev/null
+openssl req -new -key client.key -out client.csr -subj /CN=redlock-client 2>/dev/null
+openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null
+]]
+    assert(sh("sh -c " .. quote(script) .. " sh " .. quote(dir)), "openssl could not make the test certificates")
+    return {
+        dir = dir, ca = dir .. "/ca.crt", other_ca = dir .. "/other-ca.crt",
+        server_crt = dir .. "/server.crt", server_key = dir .. "/server.key",
+        client_crt = dir .. "/client.crt", client_key = dir .. "/client.key",
+        expired_crt = dir .. "/expired.crt",
+    }
+end
+
+--- A free port for a server's tls-port (bound by nobody now).
+local function pick_port() return 20000 + urandom_int(40000) end
+
+--- Starts a redis-server that also listens with TLS on server.tls_port
+-- (the plain port stays, for redis-cli and for looking at keys). certs:
+-- from tls_certs(); opts: auth_clients ("no" by default, or "yes"),
+-- cert (the server's certificate file: certs.server_crt by default).
+function _M.start_tls_server(certs, opts)
+    opts = opts or {}
+    for _ = 1, 5 do
+        local port = pick_port()
+        local ok, server = pcall(_M.start_server, { config = {
+            "tls-port " .. port,
+            "tls-cert-file " .. (opts.cert or certs.server_crt),
+            "tls-key-file " .. certs.server_key,
+            "tls-ca-cert-file " .. certs.ca,
+            "tls-auth-clients " .. (opts.auth_clients or "no"),
+        } })
+        if ok then
+            server.tls_port = port
+            return server
+        end
+    end
+    error("could not start a TLS redis-server")
+end
+
+--- "rediss://127.0.0.1:<tls port>"
+function Server:tls_url() return string.format("rediss://127.0.0.1:%d", self.tls_port) end
+
 --- Starts a redis-server. opts: password, config = { extra conf lines },
 -- persistent = true (AOF with fsync always, so a restart keeps the data).
 function _M.start_server(opts)

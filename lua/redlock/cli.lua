@@ -48,6 +48,7 @@ Options ([VARIABLE]: the same from the environment; options win):
                      Redlock quorum) [REDLOCK_SERVERS: comma or space
                      separated]; default redis://127.0.0.1:6379
                      URL: redis://[user[:password]@]host[:port][/db]
+                          rediss://... (TLS, the system's CA store)
                           or unix:///path/to/redis.sock[?db=N]
   -t, --ttl MS       lock lifetime (default 10000) [REDLOCK_TTL]
   -w, --wait MS      how long run and acquire wait for the lock
@@ -62,6 +63,16 @@ Options ([VARIABLE]: the same from the environment; options win):
                      exit status when the lock is not acquired (default 1)
                      [REDLOCK_CONFLICT_EXIT_CODE]
   -q, --quiet        no messages on stderr [REDLOCK_QUIET=1]
+      --tls          TLS to every server, even redis:// URLs [REDLOCK_TLS=1]
+                     (any --tls-* option implies it)
+      --tls-ca-file FILE, --tls-ca-path DIR   the CAs to trust instead of
+                     the system's [REDLOCK_TLS_CA_FILE, REDLOCK_TLS_CA_PATH]
+      --tls-cert-file FILE, --tls-key-file FILE   a client certificate
+                     [REDLOCK_TLS_CERT_FILE, REDLOCK_TLS_KEY_FILE]
+      --tls-server-name NAME  the name the server's certificate must carry
+                     (default: the URL's host) [REDLOCK_TLS_SERVER_NAME]
+      --tls-insecure no certificate checks: UNSAFE, anyone on the path can
+                     pose as the server [REDLOCK_TLS_INSECURE=1]
   -h, --help         this text
   -V, --version      the version
   MS takes a unit if you like: 500ms, 30s, 5m, 1h.
@@ -94,6 +105,7 @@ local function make_client(cfg)
         mode = cfg.mode,
         connect_timeout = cfg.connect_timeout,
         timeout = cfg.timeout,
+        tls = cfg.tls,
     })
     if not ok then
         -- cut "file:line: "; the checked options hold no password here

@@ -87,7 +87,60 @@ local function pool_name(self)
     local spec = self.spec
     local who = ""
     if spec.password then who = ngx.md5((spec.username or "") .. "\0" .. spec.password) end
+    -- TLS connections never share a pool with plain ones, nor with other settings
+    local tls = spec.tls
+    if tls then
+        who = who .. "/tls:" .. ngx.md5(format("%s\0%s\0%s\0%s\0%s", tls.server_name or "",
+            tostring(tls.verify), tls.cert_file or "", tls.key_file or "", tls.ca_file or ""))
+    end
     return format("redlock:%s/%d/%s", self.name, spec.db or 0, who)
+end
+
+-- A client certificate for sock:setclientcert (lua-resty-core's ngx.ssl),
+-- read once per worker and server. nil, message when it cannot be used.
+local function client_cert(self, tls)
+    if self.client_cert then return self.client_cert, self.client_key end
+    local ok, ssl = pcall(require, "ngx.ssl")
+    if not ok then return nil, "ngx.ssl (lua-resty-core) is needed for cert_file" end
+    local function slurp(path)
+        local f, err = io.open(path, "rb")
+        if not f then return nil, err end
+        local pem = f:read("*a")
+        f:close()
+        return pem
+    end
+    local cert_pem, err = slurp(tls.cert_file)
+    if not cert_pem then return nil, "could not load cert_file (" .. tostring(err) .. ")" end
+    local key_pem
+    key_pem, err = slurp(tls.key_file)
+    if not key_pem then return nil, "could not load key_file (" .. tostring(err) .. ")" end
+    local cert, key
+    cert, err = ssl.parse_pem_cert(cert_pem)
+    if not cert then return nil, "could not load cert_file (" .. tostring(err) .. ")" end
+    key, err = ssl.parse_pem_priv_key(key_pem)
+    if not key then return nil, "could not load key_file (" .. tostring(err) .. ")" end
+    self.client_cert, self.client_key = cert, key
+    return cert, key
+end
+
+-- The TLS handshake on a new cosocket. The CAs are nginx's own
+-- (lua_ssl_trusted_certificate): a cosocket takes no ca_file of its own.
+local function handshake(self, sock)
+    local tls = self.spec.tls
+    if tls.cert_file then
+        local cert, key = client_cert(self, tls)
+        if not cert then return nil, format("connection: %s: TLS %s", self.name, key) end
+        local ok, err = sock:setclientcert(cert, key)
+        if not ok then
+            return nil, format("connection: %s: TLS client certificate refused (%s)", self.name,
+                tostring(err))
+        end
+    end
+    local ok, err = sock:sslhandshake(false, tls.server_name or self.host, tls.verify ~= false)
+    if not ok then
+        return nil, format("connection: %s: TLS handshake failed (%s)", self.name, tostring(err))
+    end
+    return true
 end
 
 local function reader(self)
@@ -176,6 +229,14 @@ local function connect(self, tmo)
         local timed_out = err == "timeout"
         if timed_out then err = format("timed out after %d ms", cto) end
         return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
+    end
+    if self.spec.tls and self.path == nil and sock:getreusedtimes() == 0 then
+        local done
+        done, err = handshake(self, sock)
+        if not done then
+            sock:close()
+            return nil, err, false
+        end
     end
     if tmo and sock:getreusedtimes() > 0 then
         rto = tmo
@@ -368,6 +429,13 @@ function _M.open(server, read_ms)
     end
     if not ok then
         return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err))
+    end
+    if server.spec.tls and server.path == nil then
+        ok, err = handshake(server, sock)
+        if not ok then
+            sock:close()
+            return nil, err
+        end
     end
     local rd = new_reader()
     ok, err = setup(server, sock, rd, server.timeout)

@@ -118,6 +118,7 @@ _M.CLIENT = {
     server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
     server_backoff = checks.non_negative, -- Redlock
     sync_fence = checks.sync_fence, -- Redlock; accepted for compatibility
+    tls = function(fname, name, v) return _M.check_tls(v, format("option '%s' to '%s'", name, fname), 6) end,
     -- nginx cosockets only (redlock.cosocket): idle time and size of the
     -- per-worker keepalive pool of each server
     keepalive_timeout = checks.timeout,
@@ -127,7 +128,39 @@ _M.CLIENT = {
 local SERVER_FIELDS = {
     host = "string", port = "number", path = "string", username = "string",
     password = "string", db = "number", connect_timeout = "number", timeout = "number",
+    tls = "table",
 }
+
+-- The fields of a tls table (the names are the contract) and their types.
+local TLS_FIELDS = {
+    ca_file = "string", ca_path = "string", cert_file = "string", key_file = "string",
+    server_name = "string", verify = "boolean",
+}
+
+--- Checks a tls table; returns a copy with verify set (true unless false).
+-- what names it in the error ("option 'tls' to 'new'", ...).
+function _M.check_tls(t, what, level)
+    if type(t) ~= "table" then
+        error(format("bad %s (table expected, got %s)", what, type(t)), level)
+    end
+    local copy = {}
+    for k, v in pairs(t) do
+        local want = TLS_FIELDS[k]
+        if not want then
+            error(format("bad %s (unknown field '%s' in tls)", what, tostring(k)), level)
+        end
+        if type(v) ~= want then
+            error(format("bad %s (field '%s' of tls: %s expected, got %s)", what, k, want, type(v)),
+                level)
+        end
+        copy[k] = v
+    end
+    if (copy.cert_file == nil) ~= (copy.key_file == nil) then
+        error(format("bad %s (tls: cert_file and key_file go together)", what), level)
+    end
+    if copy.verify == nil then copy.verify = true end
+    return copy
+end
 
 local function unescape(s)
     return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
@@ -154,8 +187,8 @@ local function parse_db(url, s)
     return db
 end
 
---- Parses "redis://[user[:password]@]host[:port][/db]" or
--- "unix:///path[?db=N]" into a server table.
+--- Parses "redis://[user[:password]@]host[:port][/db]" (or rediss://, TLS)
+-- or "unix:///path[?db=N]" into a server table.
 function _M.parse_url(url)
     if find(url, "^unix://") then
         local path, query = match(url, "^unix://([^?]+)%??(.*)$")
@@ -168,11 +201,14 @@ function _M.parse_url(url)
         end
         return server
     end
-    local rest = match(url, "^redis://(.*)$")
+    local s, rest = match(url, "^redis(s?)://(.*)$")
     if not rest then
-        bad_url(url, "expected redis:// or unix:// (TLS is not supported)")
+        bad_url(url, "expected redis://, rediss:// or unix://")
     end
     local server = {}
+    -- rediss:// alone: the system's CA store, verify on (a client's tls
+    -- table, if any, replaces this one: see _M.servers)
+    if s == "s" then server.tls = { verify = true } end
     local userinfo, hostpart = match(rest, "^([^@/]*)@(.*)$")
     if userinfo then
         local user, pass = match(userinfo, "^([^:]*):(.*)$")
@@ -218,11 +254,16 @@ local function check_server_table(t, i)
     end
     local copy = {}
     for k, v in pairs(t) do copy[k] = v end
+    if copy.tls then
+        copy.tls = _M.check_tls(copy.tls, format("option 'servers' to 'new' (server #%d)", i), 5)
+    end
     return copy
 end
 
---- Checks opts.servers and returns a list of server tables.
-function _M.servers(list)
+--- Checks opts.servers and returns a list of server tables. tls: the
+-- client's checked tls table, for every server that has none (a rediss://
+-- URL takes it too: its own is only "verify with the system's CA store").
+function _M.servers(list, tls)
     if list == nil then return { { host = "127.0.0.1", port = 6379 } } end
     if type(list) == "string" then list = { list } end
     if type(list) ~= "table" or #list == 0 then
@@ -233,11 +274,17 @@ function _M.servers(list)
     for i, s in ipairs(list) do
         if type(s) == "string" then
             out[i] = _M.parse_url(s)
+            if tls then out[i].tls = tls end
         elseif type(s) == "table" then
             out[i] = check_server_table(s, i)
         else
             error(format("bad option 'servers' to 'new' (server #%d: URL or table expected, got %s)",
                 i, type(s)), 3)
+        end
+    end
+    if tls then
+        for _, server in ipairs(out) do
+            if server.tls == nil and server.path == nil then server.tls = tls end
         end
     end
     return out

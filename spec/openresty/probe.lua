@@ -150,6 +150,23 @@ function _M.auth()
     end
 end
 
+--- GET /tls?port=P&key=K[&cert=F&pkey=F][&name=N][&insecure=1]: a client
+-- over TLS (cosockets: nginx's lua_ssl_trusted_certificate); holds lock K
+-- (60 s) and answers its token, or code and err.
+function _M.tls()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
+        tls = { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
+                verify = args.insecure == nil } } } }
+    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+    if lock then
+        ngx.say("token=", lock.token)
+    else
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+end
+
 --- GET /renew?key=K&ttl=T&ms=N: takes lock K with ttl T, renews it from
 -- nginx timers while sleeping N ms, then says what it still had.
 function _M.renew()

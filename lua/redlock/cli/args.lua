@@ -23,6 +23,13 @@ local SPECS = {
     ["kill-on-lost"] = { "k", nil, "REDLOCK_KILL_ON_LOST" },
     ["conflict-exit-code"] = { "E", "N", "REDLOCK_CONFLICT_EXIT_CODE" },
     quiet = { "q", nil, "REDLOCK_QUIET" },
+    tls = { nil, nil, "REDLOCK_TLS" },
+    ["tls-ca-file"] = { nil, "FILE", "REDLOCK_TLS_CA_FILE" },
+    ["tls-ca-path"] = { nil, "DIR", "REDLOCK_TLS_CA_PATH" },
+    ["tls-cert-file"] = { nil, "FILE", "REDLOCK_TLS_CERT_FILE" },
+    ["tls-key-file"] = { nil, "FILE", "REDLOCK_TLS_KEY_FILE" },
+    ["tls-server-name"] = { nil, "NAME", "REDLOCK_TLS_SERVER_NAME" },
+    ["tls-insecure"] = { nil, nil, "REDLOCK_TLS_INSECURE" },
     help = { "h" },
     version = { "V" },
 }
@@ -187,10 +194,31 @@ local function servers(raw, getenv)
     return out
 end
 
+-- The tls table for every server (redlock.new's tls option), or nil when
+-- no TLS option is set: rediss:// URLs then use the system's CA store.
+local TLS_FIELDS = {
+    ca_file = "tls-ca-file", ca_path = "tls-ca-path", cert_file = "tls-cert-file",
+    key_file = "tls-key-file", server_name = "tls-server-name",
+}
+
+local function tls(raw, getenv)
+    local t, any = {}, flag(raw, getenv, "tls")
+    for field, name in pairs(TLS_FIELDS) do
+        local v = lookup(raw, getenv, name)
+        if v ~= nil then t[field], any = v, true end
+    end
+    if flag(raw, getenv, "tls-insecure") then t.verify, any = false, true end
+    if not any then return nil end
+    if (t.cert_file == nil) ~= (t.key_file == nil) then
+        usage("--tls-cert-file and --tls-key-file go together")
+    end
+    return t
+end
+
 --- Parses the words after the program name. getenv(name) reads the
 -- environment. Returns {help = true}, {version = true} or the command:
 -- {command, key, cmd | token, servers, ttl, wait, mode, connect_timeout,
--- timeout, kill_on_lost, conflict_code, quiet}; unset numbers are nil (the
+-- timeout, kill_on_lost, conflict_code, quiet, tls}; unset numbers are nil (the
 -- library's defaults apply). Raises {usage = message}.
 function _M.parse(args, getenv)
     local raw, pos = split(args)
@@ -239,6 +267,13 @@ function _M.parse(args, getenv)
     cfg.kill_on_lost = flag(raw, getenv, "kill-on-lost")
     cfg.quiet = flag(raw, getenv, "quiet")
     cfg.servers = servers(raw, getenv)
+    cfg.tls = tls(raw, getenv)
+    if cfg.tls then
+        -- the options replace a rediss:// URL's own "system CA store" table
+        for _, server in ipairs(cfg.servers) do
+            if not server.path then server.tls = cfg.tls end
+        end
+    end
     return cfg
 end
 

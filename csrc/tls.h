@@ -1,0 +1,37 @@
+#ifndef REDLOCK_TLS_H
+#define REDLOCK_TLS_H
+
+#include <stddef.h>
+
+struct redlock_conn;
+
+/* TLS settings of one conn (a copy owned by the conn; NULL fields unset). */
+typedef struct redlock_tls {
+    char *ca_file, *ca_path, *cert_file, *key_file, *server_name;
+    int verify;
+} redlock_tls;
+
+/* OpenSSL under the core's own encoder and hiredis' reader: the conn's
+ * redisContext keeps the socket, its output buffer and its reader; these
+ * move the bytes through the SSL session instead of send()/recv().
+ * Errors: -1 with u->err set ("connection: <server>: ..."). */
+
+/* The handshake on the freshly connected u->ctx->fd, within the connect
+ * timeout, verifying the chain and the name unless verify is off. */
+int redlock_tls_handshake(struct redlock_conn *u);
+
+/* Frees the session without sending close_notify: a child after fork must
+ * not write into the parent's session, and a dropped connection is gone. */
+void redlock_tls_free(struct redlock_conn *u);
+
+/* Writes the whole output buffer. 0 ok, -1 error with errno set. */
+int redlock_tls_flush(struct redlock_conn *u);
+
+/* Reads into buf. >0 bytes, 0 closed by the server, -1 error (errno set;
+ * EAGAIN when nonblock and nothing is there, or on the reply timeout). */
+long redlock_tls_read(struct redlock_conn *u, char *buf, size_t len, int nonblock);
+
+void redlock_tls_settings_free(redlock_tls *t);
+int redlock_tls_settings_copy(redlock_tls *dst, const redlock_tls *src); /* -1: no memory */
+
+#endif
