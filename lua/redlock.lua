@@ -84,6 +84,7 @@ function _M.new(opts)
         spec.connect_timeout = spec.connect_timeout or o.connect_timeout
         spec.timeout = spec.timeout or o.timeout
         servers[i] = transport.new(spec, o.mode, o)
+        servers[i].plain = o.legacy_value == "plain" -- (redlock.legacy)
     end
     o.servers = nil
     if #servers >= 2 then quorum.check_servers(servers) end

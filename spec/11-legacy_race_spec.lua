@@ -134,6 +134,25 @@ describe("legacy mode across processes", function()
         assert.equal(4 * 25, contention(noscript, "auto", 4, 25))
     end)
 
+    it("mixed fleet: seed 004's recipe and redlock (legacy_value = \"plain\") lose no update", function()
+        local data = assert(core.conn(noscript:spec()))
+        local key, counter = helper.key("mixed"), helper.key("counter")
+        local workers = {}
+        for i = 1, 2 do
+            workers[i] = helper.spawn("spec/workers/seed004_counter.lua", noscript.socket, key, counter, 40)
+        end
+        for i = 3, 4 do
+            workers[i] = helper.spawn("spec/workers/legacy_counter.lua", noscript.socket,
+                i == 3 and "legacy" or "auto", key, counter, 20, "plain")
+        end
+        for i, w in ipairs(workers) do
+            local status, out = w:wait(120000)
+            assert.equal(0, status, "worker " .. i .. ": " .. tostring(out))
+        end
+        assert.equal(2 * 40 + 2 * 20, num(data, counter))
+        data:close()
+    end)
+
     it("contention (bare recipe): loses no update", function()
         assert.equal(3 * 20, contention(nowatch, "legacy", 3, 20))
     end)

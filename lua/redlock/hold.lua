@@ -72,7 +72,9 @@ end
 local function legacy_server(server) return server.ops.name == "legacy" end
 local function can_renew(server)
     if not legacy_server(server) then return true end
-    return server.caps ~= nil and server.caps.watch
+    -- a plain value (legacy_value = "plain") changes with each extend and
+    -- only Lua knows the last one: the thread could not check it
+    return server.caps ~= nil and server.caps.watch and not server.plain
 end
 
 -- Renewal needs a majority of servers it can extend on.

@@ -1,14 +1,14 @@
 -- Contention worker (spec/11): `iterations` times, under the lock, reads a
 -- counter and writes it back plus one, with a separate connection and a
 -- pause in between so that a second holder would lose an update.
--- Args: socket path, mode, lock key, counter key, iterations.
+-- Args: socket path, mode, lock key, counter key, iterations [, legacy_value].
 local redlock = require "redlock"
 local core = require "redlock.core"
 
-local path, mode, key, counter, iterations = ...
+local path, mode, key, counter, iterations, legacy_value = ...
 local data = assert(core.conn { path = path })
 local client = redlock.new { servers = { "unix://" .. path }, mode = mode,
-    retry_delay = 5, retry_jitter = 5 }
+    retry_delay = 5, retry_jitter = 5, legacy_value = legacy_value }
 
 local failures = 0
 for _ = 1, tonumber(iterations) do
