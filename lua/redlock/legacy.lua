@@ -95,6 +95,37 @@ local function parse(v)
 end
 _M.parse = parse
 
+-- legacy_value = "plain" (mixed fleets, see the README): the value is the
+-- expiry alone, which the old recipe reads; ownership is then "the key
+-- holds the exact value this client last wrote for the lock"
+-- (server.written, by token, recorded once the write is known to have
+-- succeeded), since the value carries no token. Values of successive
+-- holders differ: a takeover writes now + ttl, past the expired value.
+local function value_of(server, exp, token)
+    if server.plain then return format("%d", exp) end
+    return format("%d:%s", exp, token)
+end
+
+-- Whether the stored value v is the lock of token.
+local function mine(server, token, v)
+    if server.plain then
+        local w = server.written
+        return w ~= nil and v ~= nil and w[token] == v
+    end
+    return select(2, parse(v)) == token
+end
+
+-- Records the value just written (plain values only).
+local function wrote(server, token, v)
+    if not server.plain then return end
+    local w = server.written
+    if w == nil then
+        w = {}
+        server.written = w
+    end
+    w[token] = v
+end
+
 local function wall() return floor(time()) end
 
 local function expire_cmd(caps, key, ms)
@@ -205,24 +236,28 @@ local bare = {}
 function bare.acquire(server, caps, key, token, ttl, unfenced)
     for i = 1, MAX_TRIES do
         local now = wall()
-        local value = format("%d:%s", now + ttl, token)
+        local value = value_of(server, now + ttl, token)
         local r, err, code
         if i == 1 then r, err, code = server:call("SETNX", key, value)
         else r, err, code = cmd(server, "SETNX", key, value) end
         if r == nil then return nil, err, code end
-        if r == 1 then return finish(server, caps, key, ttl, unfenced) end
+        if r == 1 then
+            wrote(server, token, value)
+            return finish(server, caps, key, ttl, unfenced)
+        end
         local cur
         cur, err, code = cmd(server, "GET", key)
         if cur == nil then return nil, err, code end
         if cur ~= null then
-            local exp, tok = parse(cur)
-            if tok == token then
+            local exp = parse(cur)
+            if mine(server, token, cur) then
                 -- ours already (a retry after a lost reply): refresh it,
                 -- unless it was taken over since the GET
                 local old
                 old, err, code = cmd(server, "GETSET", key, value)
                 if old == nil then return nil, err, code end
-                if old == null or select(2, parse(old)) == token then
+                if old == null or mine(server, token, old) then
+                    wrote(server, token, value)
                     return finish(server, caps, key, ttl, unfenced)
                 end
                 put_back(server, caps, key, old, value, ttl)
@@ -235,6 +270,7 @@ function bare.acquire(server, caps, key, token, ttl, unfenced)
             local oexp = parse(old)
             -- ours only if what we displaced was still expired (or gone)
             if old == null or (oexp and oexp < now) then
+                wrote(server, token, value)
                 return finish(server, caps, key, ttl, unfenced)
             end
             put_back(server, caps, key, old, value, ttl)
@@ -249,9 +285,9 @@ end
 function bare.release(server, _, key, token)
     local cur, err, code = server:call("GET", key)
     if cur == nil then return nil, err, code end
-    local exp, tok = parse(cur)
+    local exp = parse(cur)
     -- seed 004: past our own expiry it may be someone else's by now
-    if tok ~= token or exp <= wall() then return false end
+    if not mine(server, token, cur) or exp <= wall() then return false end
     local r
     r, err, code = cmd(server, "DEL", key)
     if r == nil then return nil, err, code end
@@ -261,10 +297,10 @@ end
 function bare.extend(server, caps, key, token, ttl)
     local cur, err, code = server:call("GET", key)
     if cur == nil then return nil, err, code end
-    local exp, tok = parse(cur)
+    local exp = parse(cur)
     local now = wall()
-    if tok ~= token or exp <= now then return false end
-    local value = format("%d:%s", now + ttl, token)
+    if not mine(server, token, cur) or exp <= now then return false end
+    local value = value_of(server, now + ttl, token)
     local old
     old, err, code = cmd(server, "GETSET", key, value)
     if old == nil then return nil, err, code end
@@ -281,6 +317,7 @@ function bare.extend(server, caps, key, token, ttl)
         r, err, code = cmd(server, unpack(expire_cmd(caps, key, ttl)))
     end
     if r == nil then return nil, err, code end
+    wrote(server, token, value)
     return true
 end
 
@@ -352,12 +389,12 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
             return nil, err, code
         end
         local now = wall()
-        local value = format("%d:%s", now + ttl, token)
-        local exp, tok = parse(cur)
+        local value = value_of(server, now + ttl, token)
+        local exp = parse(cur)
         local first
         if cur == null then
             first = { "SETNX", key, value }
-        elseif tok == token then
+        elseif mine(server, token, cur) then
             -- ours already (a retry after a lost reply): refresh it (with a
             -- new fence: the one of the lost reply was never seen)
             first = { "SET", key, value }
@@ -380,6 +417,7 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
         elseif r ~= null then
             local old = r[1]
             if first[1] == "SET" or (first[1] == "SETNX" and old == 1) then
+                wrote(server, token, value)
                 if unfenced then return true, 0 end
                 return fence_seeded(server, key, r[3], r[4])
             end
@@ -388,6 +426,7 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
                 -- the lock only if what we displaced was expired (or gone)
                 local oexp = parse(old)
                 if old == null or (oexp and oexp < now) then
+                    wrote(server, token, value)
                     if unfenced then return true, 0 end
                     return fence_seeded(server, key, r[3], r[4])
                 end
@@ -413,20 +452,23 @@ local function owned_write(server, caps, key, token, what, cmds_for, bare_op, tt
             end
             return nil, err, code
         end
-        local exp, tok = parse(cur)
+        local exp = parse(cur)
         local now = wall()
         -- seed 004: past our own expiry the lock is not ours to touch
-        if tok ~= token or exp <= now then
+        if not mine(server, token, cur) or exp <= now then
             unwatch(server)
             return false
         end
         local r, failed
-        r, err, code, failed = transact(server, cmds_for(now))
+        local cmds, written = cmds_for(now)
+        r, err, code, failed = transact(server, cmds)
         if r == nil then
             if not lost_cap(caps, err, code, failed) then return nil, err, code end
             if not caps.watch then return bare_op(server, caps, key, token, ttl) end
         elseif r ~= null then
-            return r[1] == 1 or r[1] == "OK"
+            local done = r[1] == 1 or r[1] == "OK"
+            if done and written then wrote(server, token, written) end
+            return done
         end
         -- nil EXEC: someone touched the key since our GET; check again
     end
@@ -441,7 +483,8 @@ end
 
 function guarded.extend(server, caps, key, token, ttl)
     return owned_write(server, caps, key, token, "extending", function(now)
-        return { { "SET", key, format("%d:%s", now + ttl, token) }, expire_cmd(caps, key, ttl) }
+        local value = value_of(server, now + ttl, token)
+        return { { "SET", key, value }, expire_cmd(caps, key, ttl) }, value
     end, bare.extend, ttl)
 end
 
@@ -453,7 +496,11 @@ local function op(name)
         local caps, err, code = _M.caps(server)
         if not caps then return nil, err, code end
         local impl = caps.watch and guarded or bare
-        return impl[name](server, caps, key, token, ttl)
+        local ok, v, c = impl[name](server, caps, key, token, ttl)
+        -- a plain value no longer ours (or released) is forgotten
+        local w = server.written
+        if w and (ok == false or (name == "release" and ok ~= nil)) then w[token] = nil end
+        return ok, v, c
     end
 end
 

@@ -85,6 +85,11 @@ end
 
 function checks.any(_, _, v) return v end
 
+function checks.legacy_value(fname, name, v)
+    if v ~= "token" and v ~= "plain" then bad(fname, name, "\"token\" or \"plain\"", v) end
+    return v
+end
+
 -- sync_fence was Redlock's opt-in to fences that never go backwards; they
 -- always do now. false would make lock.fence unsafe: fence = false is the
 -- way to go without fences.
@@ -118,6 +123,9 @@ _M.CLIENT = {
     server_timeout = checks.timeout, -- Redlock; default derived from ttl (redlock.quorum)
     server_backoff = checks.non_negative, -- Redlock
     sync_fence = checks.sync_fence, -- Redlock; accepted for compatibility
+    -- legacy mode's values: "token" ("<expiry ms>:<token>") or "plain" (the
+    -- expiry alone, for fleets where the old timestamp recipe still runs)
+    legacy_value = checks.legacy_value,
     tls = function(fname, name, v) return _M.check_tls(v, format("option '%s' to '%s'", name, fname), 6) end,
     -- nginx cosockets only (redlock.cosocket): idle time and size of the
     -- per-worker keepalive pool of each server
