@@ -55,12 +55,7 @@ local function run(notify)
     return N / secs, waits, failed
 end
 
-local function median(t)
-    local s = {}
-    for i, v in ipairs(t) do s[i] = v end
-    table.sort(s)
-    return s[math.ceil(#s / 2)]
-end
+local median = helper.median
 
 print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under the lock; "
     .. "median of %d rounds", N, C, HOLD_MS, ROUNDS))

@@ -39,12 +39,7 @@ local function floor_us(ports, cycles)
     return tonumber(one), tonumber(many)
 end
 
-local function median(t)
-    local s = {}
-    for i, v in ipairs(t) do s[i] = v end
-    table.sort(s)
-    return s[math.floor((#s + 1) / 2)]
-end
+local median = helper.median
 
 -- Starts a delay proxy in front of each port (one process each, as each
 -- server has its own network path); returns their ports and pids.

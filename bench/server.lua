@@ -25,12 +25,7 @@ local function used_memory()
     return tonumber(data:command("INFO", "memory"):match("used_memory:(%d+)"))
 end
 
-local function median(t)
-    local s = {}
-    for i, v in ipairs(t) do s[i] = v end
-    table.sort(s)
-    return s[math.ceil(#s / 2)]
-end
+local median = helper.median
 
 -- Memory: LOCKS held locks, then LOCKS plain keys, each from an empty
 -- database (the fence counter stays: one key for all).

@@ -23,10 +23,7 @@ local function cycle_us(client, key, n)
     return (now() - t0) * 1000 / n
 end
 
-local function median(t)
-    table.sort(t)
-    return t[math.floor((#t + 1) / 2)]
-end
+local median = helper.median
 
 local certs = helper.tls_certs()
 local servers = { helper.start_tls_server(certs), helper.start_tls_server(certs),

@@ -256,34 +256,39 @@ static void take_replies(batch *b, slot *s) {
     }
 }
 
+/* What one read gave (n bytes, 0 at end of stream, < 0 with errno set;
+ * why: the text of that errno): fed to the reader and the replies taken.
+ * 1 when the slot may read on, 0 when it is done, failed, or has nothing to
+ * read now. */
+static int absorb(batch *b, slot *s, const char *buf, long n, const char *why) {
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)", why);
+        return 0;
+    }
+    if (n == 0) {
+        fail(s, RC_CONNECTION, stale_flag(s),
+             "lost the connection waiting for a reply (closed by the server)");
+        return 0;
+    }
+    s->got_bytes = 1;
+    if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
+        fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
+        return 0;
+    }
+    take_replies(b, s);
+    return s->state == S_READING;
+}
+
 /* Over TLS: reads until the session has nothing more, so that no
  * decrypted byte waits in OpenSSL's buffer (SSL_pending) while poll()
  * sleeps on a socket that has nothing new. */
 static void do_read_tls(batch *b, slot *s) {
     char buf[READ_CHUNK];
-    for (;;) {
-        long n = redlock_tls_read(s->u, buf, sizeof buf, 1);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
-            fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)",
-                 s->u->ctx->errstr);
-            return;
-        }
-        if (n == 0) {
-            fail(s, RC_CONNECTION, stale_flag(s),
-                 "lost the connection waiting for a reply (closed by the server)");
-            return;
-        }
-        s->got_bytes = 1;
-        if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
-            fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
-            return;
-        }
-        take_replies(b, s);
-        if (s->state != S_READING)
-            return;
-    }
+    long n;
+    do {
+        n = redlock_tls_read(s->u, buf, sizeof buf, 1);
+    } while (absorb(b, s, buf, n, s->u->ctx->errstr));
 }
 
 static void do_read(batch *b, slot *s) {
@@ -296,24 +301,7 @@ static void do_read(batch *b, slot *s) {
     do {
         n = recv(s->u->ctx->fd, buf, sizeof buf, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return;
-        fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)",
-             strerror(errno));
-        return;
-    }
-    if (n == 0) {
-        fail(s, RC_CONNECTION, stale_flag(s),
-             "lost the connection waiting for a reply (closed by the server)");
-        return;
-    }
-    s->got_bytes = 1;
-    if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
-        fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
-        return;
-    }
-    take_replies(b, s);
+    absorb(b, s, buf, (long)n, n < 0 ? strerror(errno) : "");
 }
 
 static void start(batch *b, slot *s) {

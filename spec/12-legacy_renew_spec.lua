@@ -12,14 +12,7 @@ local NOSCRIPT = {
     'rename-command FUNCTION ""', 'rename-command FCALL ""',
 }
 
-local function eventually(ms, cond)
-    local deadline = core.now() + ms
-    repeat
-        if cond() then return true end
-        core.sleep(20)
-    until core.now() > deadline
-    return cond() and true or false
-end
+local eventually = helper.eventually
 
 describe("legacy renewal", function()
     local srv, data

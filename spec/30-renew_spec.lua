@@ -6,14 +6,7 @@ local core = require "redlock.core"
 local WORKER = "spec/workers/lock_worker.lua"
 
 -- Polls cond every 20 ms for at most ms; returns whether it became true.
-local function eventually(ms, cond)
-    local deadline = core.now() + ms
-    repeat
-        if cond() then return true end
-        core.sleep(20)
-    until core.now() > deadline
-    return cond() and true or false
-end
+local eventually = helper.eventually
 
 describe("renewal", function()
     local server, client, data

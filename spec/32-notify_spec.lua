@@ -7,14 +7,7 @@ local core = require "redlock.core"
 
 local WORKER = "spec/workers/lock_worker.lua"
 
-local function eventually(ms, cond)
-    local deadline = core.now() + ms
-    repeat
-        if cond() then return true end
-        core.sleep(20)
-    until core.now() > deadline
-    return cond() and true or false
-end
+local eventually = helper.eventually
 
 -- The output a worker printed so far.
 local function output(worker)

@@ -273,6 +273,27 @@ function _M.stop_all()
     for s in pairs(running) do s:stop() end
 end
 
+--- The median of a list of numbers (the lower middle one for an even
+-- count), for the benchmarks; the list is left as it was.
+function _M.median(t)
+    local s = {}
+    for i, v in ipairs(t) do s[i] = v end
+    table.sort(s)
+    return s[math.floor((#s + 1) / 2)]
+end
+
+--- Whether cond() becomes true within ms (looked at every 20 ms, and once
+-- more at the end).
+function _M.eventually(ms, cond)
+    local core = require "redlock.core" -- (the helper itself loads no module)
+    local deadline = core.now() + ms
+    repeat
+        if cond() then return true end
+        core.sleep(20)
+    until core.now() > deadline
+    return cond() and true or false
+end
+
 --- A shell command that runs a Lua script under the interpreter of this
 -- suite, with the module's paths.
 function _M.lua_cmd(script, ...)
