@@ -59,6 +59,7 @@ build = {
             "csrc/resp.c",
             "csrc/script.c",
             "csrc/sha1.c",
+            "csrc/sentinel.c",
             "csrc/slot.c",
             "csrc/tls.c",
             "csrc/token.c",

@@ -7,7 +7,11 @@
  * "server" (Redis answered with an error). `stale` is true when the failure
  * came from a connection made before this call that the server had dropped
  * (not a timeout): the caller may retry once on a fresh connection.
- * Messages start with the code word and name the server, never a password. */
+ * Messages start with the code word and name the server, never a password.
+ * A conn made with sentinels = {...} and master_name finds its server
+ * through Redis Sentinel (csrc/sentinel.c) on every connect, checks now and
+ * then that it has not moved, and reports a master turned replica as a stale
+ * connection (nothing was written: the retry goes to the new master). */
 #define _GNU_SOURCE
 #include "conn.h"
 
@@ -73,6 +77,8 @@ static void conn_destroy(conn_ud *u) {
         SSL_CTX_free(u->sslctx);
         u->sslctx = NULL;
     }
+    redlock_sentinels_free(u->sentinels);
+    u->sentinels = NULL;
     u->closed = 1;
 }
 
@@ -153,7 +159,7 @@ static int setup_command(conn_ud *u, int argc, const char **argv, const char *wh
     return rc;
 }
 
-static int conn_connect(conn_ud *u) {
+int redlock_conn_connect_direct(conn_ud *u) {
     struct timeval ctv = ms_to_tv(u->connect_timeout_ms);
     int rc;
     free_ctx(u);
@@ -212,6 +218,12 @@ static int conn_connect(conn_ud *u) {
     return OK;
 }
 
+static int conn_connect(conn_ud *u) {
+    if (u->sentinels != NULL)
+        return redlock_sentinel_connect(u);
+    return redlock_conn_connect_direct(u);
+}
+
 /* Writes the output buffer with MSG_NOSIGNAL: hiredis 0.14 uses write(),
  * which raises SIGPIPE on a dropped connection and kills a host that did not
  * ignore it. Returns 0, 1 (would block, nonblock only), or -1 with errno set. */
@@ -261,6 +273,8 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     *out = NULL;
     *stale = 0;
     redlock_conn_forget_inherited(u);
+    if (u->sentinels != NULL && u->ctx != NULL)
+        redlock_sentinel_recheck(u, u->sentinels->check_ms);
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = conn_connect(u);
@@ -286,6 +300,13 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
         return E_CONNECTION;
     }
     *out = (redisReply *)reply;
+    if (u->sentinels != NULL && (*out)->type == REDIS_REPLY_ERROR &&
+        redlock_sentinel_demoted(u, (*out)->str, (*out)->len)) {
+        freeReplyObject(*out);
+        *out = NULL;
+        *stale = 1;
+        return E_CONNECTION;
+    }
     return OK;
 }
 
@@ -314,6 +335,8 @@ static int copy_settings(conn_ud *dst, const conn_ud *src) {
         if (dst->tls == NULL || redlock_tls_settings_copy(dst->tls, src->tls) != 0)
             return -1;
     }
+    if (src->sentinels != NULL && (dst->sentinels = redlock_sentinels_copy(src->sentinels)) == NULL)
+        return -1;
     return 0;
 }
 
@@ -336,6 +359,8 @@ void redlock_conn_free(redlock_conn *u) {
 
 int redlock_conn_ensure(redlock_conn *u) {
     redlock_conn_forget_inherited(u);
+    if (u->sentinels != NULL && u->ctx != NULL)
+        redlock_sentinel_recheck(u, u->sentinels->check_ms);
     return u->ctx != NULL ? OK : conn_connect(u);
 }
 
@@ -519,10 +544,10 @@ static char *dup_or_null(lua_State *L, const char *s) {
 
 /* The tls = {...} table of conn's options into t (borrowed strings, alive
  * while the options table is); 0 when there is none. Raises on bad fields. */
-static int opt_tls(lua_State *L, redlock_tls *t) {
+static int opt_tls(lua_State *L, int from, const char *field, redlock_tls *t) {
     int idx;
     memset(t, 0, sizeof *t);
-    lua_getfield(L, 1, "tls");
+    lua_getfield(L, from, field);
     if (lua_isnil(L, -1) || (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
         lua_pop(L, 1);
         return 0;
@@ -549,17 +574,81 @@ static int opt_tls(lua_State *L, redlock_tls *t) {
     return 1;
 }
 
+/* One sentinel of conn{sentinels = {...}}: the table at the top of the
+ * stack into node (owned by the conn being made: raising frees it). */
+static void sentinel_node(lua_State *L, conn_ud *node, int cto, int to) {
+    int t = lua_gettop(L), has_tls;
+    const char *host = opt_string(L, t, "host", 1);
+    redlock_tls tls;
+    node->port = opt_int(L, t, "port", 26379, 1, 65535);
+    node->connect_timeout_ms = cto;
+    node->timeout_ms = to;
+    snprintf(node->name, sizeof node->name, strchr(host, ':') ? "sentinel [%s]:%d" : "sentinel %s:%d",
+             host, node->port);
+    node->host = dup_or_null(L, host);
+    node->username = dup_or_null(L, opt_string(L, t, "username", 0));
+    node->password = dup_or_null(L, opt_string(L, t, "password", 0));
+    if (node->username != NULL && node->password == NULL)
+        luaL_error(L, "bad option 'sentinels' to 'conn' (a username needs a password)");
+    has_tls = opt_tls(L, t, "tls", &tls);
+    if (has_tls) {
+        node->tls = calloc(1, sizeof *node->tls);
+        if (node->tls == NULL || redlock_tls_settings_copy(node->tls, &tls) != 0)
+            luaL_error(L, "out of memory");
+    }
+}
+
+/* conn{sentinels = {{host=, port=, username=, password=, tls=}, ...},
+ * master_name =, ...}: u finds its master through these. Sentinels are
+ * asked with short timeouts (at most 500 ms): a dead one must not cost the
+ * whole connect timeout when others can answer. */
+static void opt_sentinels(lua_State *L, conn_ud *u) {
+    const char *master = opt_string(L, 1, "master_name", 1);
+    int n, i, cto = u->connect_timeout_ms < 500 ? u->connect_timeout_ms : 500;
+    int to = u->timeout_ms > 0 && u->timeout_ms < 500 ? u->timeout_ms : 500;
+    lua_getfield(L, 1, "sentinels");
+    n = (int)lua_rawlen(L, -1);
+    if (!lua_istable(L, -1) || n < 1 || n > 64)
+        luaL_error(L, "bad option 'sentinels' to 'conn' (1 to 64 tables expected)");
+    u->sentinels = calloc(1, sizeof *u->sentinels);
+    if (u->sentinels == NULL)
+        luaL_error(L, "out of memory");
+    u->sentinels->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
+    u->sentinels->master_name = dup_or_null(L, master);
+    u->sentinels->nodes = calloc((size_t)n, sizeof *u->sentinels->nodes);
+    if (u->sentinels->nodes == NULL)
+        luaL_error(L, "out of memory");
+    for (i = 1; i <= n; i++) {
+        conn_ud *node = calloc(1, sizeof *node);
+        if (node == NULL)
+            luaL_error(L, "out of memory");
+        u->sentinels->nodes[i - 1] = node;
+        u->sentinels->n = i;
+        lua_rawgeti(L, -1, i);
+        if (!lua_istable(L, -1))
+            luaL_error(L, "bad option 'sentinels' to 'conn' (table expected at %d)", i);
+        sentinel_node(L, node, cto, to);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    snprintf(u->name, sizeof u->name, "sentinel:%s", master);
+}
+
 /* conn{host=, port=, path=, username=, password=, db=, connect_timeout=,
- * timeout=, tls=} -> an unconnected conn. Checks everything before
- * allocating. */
+ * timeout=, tls=} -> an unconnected conn; or with sentinels = {...} and
+ * master_name = instead of host (see opt_sentinels). Checks the
+ * server's own settings before allocating. */
 static int conn_new(lua_State *L) {
     const char *host, *path, *username, *password;
-    int port, db, cto, to, has_tls;
+    int port, db, cto, to, has_tls, sentinels;
     redlock_tls tls;
     conn_ud *u;
     luaL_checktype(L, 1, LUA_TTABLE);
-    path = opt_string(L, 1, "path", 0);
-    host = path ? NULL : opt_string(L, 1, "host", 1);
+    lua_getfield(L, 1, "sentinels");
+    sentinels = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    path = sentinels ? NULL : opt_string(L, 1, "path", 0);
+    host = path || sentinels ? NULL : opt_string(L, 1, "host", 1);
     username = opt_string(L, 1, "username", 0);
     password = opt_string(L, 1, "password", 0);
     port = opt_int(L, 1, "port", 6379, 1, 65535);
@@ -568,7 +657,7 @@ static int conn_new(lua_State *L) {
     to = opt_int(L, 1, "timeout", 1000, 0, 86400000);
     if (username != NULL && password == NULL)
         return luaL_error(L, "bad option 'username' to 'conn' (needs a password)");
-    has_tls = opt_tls(L, &tls);
+    has_tls = opt_tls(L, 1, "tls", &tls);
 
     u = (conn_ud *)lua_newuserdata(L, sizeof *u);
     memset(u, 0, sizeof *u);
@@ -580,6 +669,8 @@ static int conn_new(lua_State *L) {
     u->timeout_ms = to;
     if (path != NULL)
         snprintf(u->name, sizeof u->name, "unix:%s", path);
+    else if (host == NULL)
+        u->name[0] = '\0'; /* opt_sentinels names it */
     else if (strchr(host, ':') != NULL)
         snprintf(u->name, sizeof u->name, "[%s]:%d", host, port);
     else
@@ -593,6 +684,8 @@ static int conn_new(lua_State *L) {
         if (u->tls == NULL || redlock_tls_settings_copy(u->tls, &tls) != 0)
             return luaL_error(L, "out of memory"); /* __gc frees the partial copy */
     }
+    if (sentinels)
+        opt_sentinels(L, u); /* raising here: __gc frees what was made */
     return 1;
 }
 

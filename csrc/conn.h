@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 
 #include "compat.h"
+#include "sentinel.h"
 #include "tls.h"
 
 #define REDLOCK_CONN_MT "redlock.conn"
@@ -21,6 +22,7 @@ typedef struct redlock_conn {
     redlock_tls *tls;               /* NULL: plaintext */
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
+    redlock_sentinels *sentinels;   /* NULL: host and port are fixed */
     char name[128];
     char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
 } redlock_conn;
@@ -51,6 +53,10 @@ void redlock_conn_free(redlock_conn *c);
 int redlock_conn_ensure(redlock_conn *c); /* connects unless connected */
 int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale);
+
+/* Connects to host/port (or path) as they are now, with the handshake, AUTH
+ * and SELECT: what a connect is without Sentinel (csrc/sentinel.c). */
+int redlock_conn_connect_direct(redlock_conn *c);
 
 /* Adds conn() to the table on top of the stack and creates the metatable. */
 void redlock_conn_open(lua_State *L);

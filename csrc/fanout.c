@@ -250,6 +250,15 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
+        if (r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
+            redlock_sentinel_demoted(s->u, r->str, r->len)) {
+            /* nothing written: as a stale connection, the caller may retry */
+            freeReplyObject(r);
+            s->rc = RC_CONNECTION;
+            s->flag = F_STALE;
+            s->state = S_DONE;
+            return;
+        }
         s->reply = r;
         s->rc = RC_OK;
         s->state = S_DONE;
@@ -313,9 +322,12 @@ static void start(batch *b, slot *s) {
         return;
     }
     redlock_conn_forget_inherited(u);
-    if (u->ctx == NULL && u->tls != NULL) {
-        /* TLS: connected and handshaken one server at a time, within its
-         * connect timeout (conn.c); the round trips still go in parallel */
+    if (u->sentinels != NULL && u->ctx != NULL)
+        redlock_sentinel_recheck(u, u->sentinels->check_ms); /* may drop it: the master moved */
+    if (u->ctx == NULL && (u->tls != NULL || u->sentinels != NULL)) {
+        /* TLS, Sentinel: connected (the sentinels asked, the handshake
+         * made) one server at a time, within its connect timeout (conn.c);
+         * the round trips still go in parallel */
         int rc = redlock_conn_ensure(u);
         s->reused = 0;
         if (rc != 0) {

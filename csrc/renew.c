@@ -480,6 +480,22 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
 
 /* Records a dup of each socket the fan-out left open (close() shuts them
  * down), and forgets those it closed. */
+/* Sentinel-managed servers whose master moved are dropped (and their
+ * sockets' dups closed) before a round, so that it goes to the new one.
+ * Asked at least twice per renewal interval: a round that extends only the
+ * old master lets the copy on the new one run out. */
+static void recheck_all(renewer *r, double max_age_ms) {
+    int i;
+    for (i = 0; i < r->nservers; i++) {
+        redlock_conn *c = r->conns[i];
+        if (c->sentinels == NULL || c->ctx == NULL)
+            continue;
+        redlock_sentinel_recheck(c, max_age_ms);
+        if (conn_fd(c) < 0)
+            untrack(r, i);
+    }
+}
+
 static void track_all(renewer *r) {
     int i;
     for (i = 0; i < r->nservers; i++) {
@@ -554,6 +570,7 @@ static void renew_one(renewer *r, entry *e, double now) {
     r->busy = e;
     pthread_mutex_unlock(&r->mu);
 
+    recheck_all(r, e->interval / 2);
     t0 = mono_ms();
     if (n >= 2 && r->timeout_ms > 0 && !r->any_legacy) {
         extend_all(r, e, ttl, &yes, &no, err);

@@ -101,6 +101,16 @@ function Server:spec(extra)
 end
 
 local function write_conf(self)
+    if self.sentinel_lines then
+        -- a sentinel: its own few lines (it rewrites the file as it learns)
+        local lines = { "port " .. self.port, "bind 127.0.0.1", "daemonize no",
+            "dir " .. self.dir, "logfile " .. self.dir .. "/redis.log" }
+        for _, l in ipairs(self.sentinel_lines) do lines[#lines + 1] = l end
+        local f = assert(io.open(self.dir .. "/redis.conf", "w"))
+        f:write(table.concat(lines, "\n"), "\n")
+        f:close()
+        return
+    end
     local lines = {
         "port " .. self.port,
         "bind 127.0.0.1",
@@ -137,8 +147,9 @@ function Server:start()
     for _ = 1, 20 do
         if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
         write_conf(self)
-        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. "redis-server %s >>%s 2>&1 & echo $!'",
-            quote(self.dir .. "/redis.conf"), quote(self.dir .. "/stdout.log"))):match("%d+")
+        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. "redis-server %s%s >>%s 2>&1 & echo $!'",
+            quote(self.dir .. "/redis.conf"), self.sentinel_lines and " --sentinel" or "",
+            quote(self.dir .. "/stdout.log"))):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
         f:write(self.pid, "\n")
         f:close()
@@ -229,6 +240,57 @@ function _M.start_server(opts)
         table.insert(self.config, "appendfsync always")
     end
     return self:start()
+end
+
+--- Why a slow topology spec (Sentinel failover, replicas) does not run in
+-- this suite, or nil: they run under Lua 5.4 only (the unit suite and the
+-- ASan build, for the C they reach), not again under every interpreter.
+function _M.lua54_only()
+    if (os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" then
+        return "topology specs run in the Lua 5.4 suite"
+    end
+    return nil
+end
+
+--- Starts a replica of master (replicaof, its own port) and waits until its
+-- link to the master is up. opts: as start_server's.
+function _M.start_replica(master, opts)
+    opts = opts or {}
+    local config = { "replicaof 127.0.0.1 " .. master.port }
+    if master.password then config[#config + 1] = "masterauth " .. master.password end
+    for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
+    local replica = _M.start_server({ password = opts.password, config = config })
+    assert(_M.eventually(10000, function()
+        return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true)
+    end), "the replica's link to its master did not come up")
+    return replica
+end
+
+--- Starts a redis-sentinel (redis-server --sentinel) that monitors each
+-- master of masters ({name = server}), with quorum 2 and short timeouts
+-- (down after 1 s), so that a failover takes a few seconds.
+function _M.start_sentinel(masters, opts)
+    opts = opts or {}
+    local lines = {}
+    for name, master in pairs(masters) do
+        lines[#lines + 1] = string.format("sentinel monitor %s 127.0.0.1 %d %d", name, master.port,
+            opts.quorum or 2)
+        lines[#lines + 1] = "sentinel down-after-milliseconds " .. name .. " 1000"
+        lines[#lines + 1] = "sentinel failover-timeout " .. name .. " 5000"
+        if master.password then lines[#lines + 1] = "sentinel auth-pass " .. name .. " " .. master.password end
+    end
+    if opts.password then lines[#lines + 1] = "requirepass " .. opts.password end
+    local dir = fresh_dir("sentinel")
+    local self = setmetatable({ dir = dir, socket = dir .. "/none.sock", sentinel_lines = lines,
+        password = opts.password }, Server)
+    return self:start()
+end
+
+--- The address a sentinel gives for a master: "host:port" or nil.
+function Server:master_addr(name)
+    local out = self:cli("SENTINEL", "get-master-addr-by-name", name)
+    local host, port = out:match("^(%S+)%s+(%d+)$")
+    return host and (host .. ":" .. port) or nil
 end
 
 function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end

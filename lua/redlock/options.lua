@@ -137,7 +137,14 @@ local SERVER_FIELDS = {
     host = "string", port = "number", path = "string", username = "string",
     password = "string", db = "number", connect_timeout = "number", timeout = "number",
     tls = "table",
+    -- Sentinel (the names are the contract): the master's address comes
+    -- from these sentinels; username, password, db and tls are the data
+    -- nodes', sentinel_* the sentinels' own
+    sentinels = "table", master_name = "string", sentinel_username = "string",
+    sentinel_password = "string", sentinel_tls = "table", sentinel_check = "number",
 }
+
+local SENTINEL_PORT = 26379
 
 -- The fields of a tls table (the names are the contract) and their types.
 local TLS_FIELDS = {
@@ -195,6 +202,62 @@ local function parse_db(url, s)
     return db
 end
 
+-- Takes "[user[:password]@]" off rest into server; returns what follows.
+local function userinfo(server, rest)
+    local info, hostpart = match(rest, "^([^@/]*)@(.*)$")
+    if not info then return rest end
+    local user, pass = match(info, "^([^:]*):(.*)$")
+    if user then
+        if user ~= "" then server.username = unescape(user) end
+        server.password = unescape(pass)
+    elseif info ~= "" then
+        -- "redis://secret@host": a lone word is the password, as in redis-cli
+        server.password = unescape(info)
+    end
+    return hostpart
+end
+
+-- "host[:port]" or "[v6]:port" into host, port (default port); nil when
+-- it is neither.
+local function host_port(s, default)
+    local host, port
+    if find(s, "^%[") then
+        host, port = match(s, "^%[([^%]]+)%]:?(%d*)$")
+    else
+        host, port = match(s, "^([^:/@,%[%]]+):?(%d*)$")
+    end
+    if not host then return nil end
+    port = port ~= "" and tonumber(port) or default
+    if port < 1 or port > 65535 then return nil end
+    return host, port
+end
+_M.host_port = host_port
+
+--- Parses "redis+sentinel://[user[:password]@]host[:port][,host[:port]...]
+-- /master-name[/db]" (rediss+sentinel://: TLS to the sentinels and the data
+-- nodes) into a server table whose sentinels are {host=, port=} tables.
+-- The credentials are the data nodes'; sentinels that want their own take
+-- the table form's sentinel_username and sentinel_password.
+function _M.parse_sentinel_url(url)
+    local s, rest = match(url, "^redis(s?)%+sentinel://(.*)$")
+    local server = { sentinels = {} }
+    if s == "s" then
+        server.tls, server.sentinel_tls = { verify = true }, { verify = true }
+    end
+    rest = userinfo(server, rest)
+    local hosts, name, db = match(rest, "^([^/]+)/([^/]+)/?(%d*)$")
+    if not hosts then bad_url(url, "expected host[:port][,host[:port]...]/master-name[/db]") end
+    for part in string.gmatch(hosts, "[^,]+") do
+        local host, port = host_port(part, SENTINEL_PORT)
+        if not host then bad_url(url, "bad sentinel address") end
+        server.sentinels[#server.sentinels + 1] = { host = host, port = port }
+    end
+    if #server.sentinels == 0 then bad_url(url, "no sentinel") end
+    server.master_name = unescape(name)
+    if db ~= "" then server.db = parse_db(url, db) end
+    return server
+end
+
 --- Parses "redis://[user[:password]@]host[:port][/db]" (or rediss://, TLS)
 -- or "unix:///path[?db=N]" into a server table.
 function _M.parse_url(url)
@@ -209,26 +272,16 @@ function _M.parse_url(url)
         end
         return server
     end
+    if find(url, "^rediss?%+sentinel://") then return _M.parse_sentinel_url(url) end
     local s, rest = match(url, "^redis(s?)://(.*)$")
     if not rest then
-        bad_url(url, "expected redis://, rediss:// or unix://")
+        bad_url(url, "expected redis://, rediss://, redis+sentinel:// or unix://")
     end
     local server = {}
     -- rediss:// alone: the system's CA store, verify on (a client's tls
     -- table, if any, replaces this one: see _M.servers)
     if s == "s" then server.tls = { verify = true } end
-    local userinfo, hostpart = match(rest, "^([^@/]*)@(.*)$")
-    if userinfo then
-        local user, pass = match(userinfo, "^([^:]*):(.*)$")
-        if user then
-            if user ~= "" then server.username = unescape(user) end
-            server.password = unescape(pass)
-        elseif userinfo ~= "" then
-            -- "redis://secret@host": a lone word is the password, as in redis-cli
-            server.password = unescape(userinfo)
-        end
-        rest = hostpart
-    end
+    rest = userinfo(server, rest)
     local host, port, db
     if find(rest, "^%[") then
         host, port, db = match(rest, "^%[([^%]]+)%]:?(%d*)/?(%d*)$")
@@ -245,6 +298,49 @@ function _M.parse_url(url)
     return server
 end
 
+-- { sentinels = {"host:port", ...}, master_name =, ... } (the fields are
+-- checked for their types already).
+local function check_sentinel_table(t, i)
+    local function bad_field(why)
+        error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 5)
+    end
+    if t.host or t.path or t.port then bad_field("sentinels replace host, port and path") end
+    if not t.master_name or t.master_name == "" then bad_field("sentinels need a master_name") end
+    if #t.sentinels == 0 or #t.sentinels > 64 then bad_field("1 to 64 sentinels expected") end
+    local copy = { sentinels = {} }
+    for k, v in pairs(t) do
+        if k ~= "sentinels" then copy[k] = v end
+    end
+    for j, addr in ipairs(t.sentinels) do
+        local host, port
+        if type(addr) == "string" then host, port = host_port(addr, SENTINEL_PORT) end
+        if not host then bad_field(format("sentinel #%d: \"host[:port]\" expected", j)) end
+        copy.sentinels[j] = { host = host, port = port }
+    end
+    local what = format("option 'servers' to 'new' (server #%d)", i)
+    if copy.tls then copy.tls = _M.check_tls(copy.tls, what, 6) end
+    if copy.sentinel_tls then copy.sentinel_tls = _M.check_tls(copy.sentinel_tls, what, 6) end
+    if copy.sentinel_check and (copy.sentinel_check < 1 or copy.sentinel_check ~= floor(copy.sentinel_check)) then
+        bad_field("sentinel_check: positive integer (ms) expected")
+    end
+    return copy
+end
+
+--- The table core.conn takes for a Sentinel-managed server: each sentinel
+-- with the sentinels' credentials and TLS.
+function _M.sentinel_conn_spec(spec)
+    local nodes = {}
+    for j, node in ipairs(spec.sentinels) do
+        nodes[j] = { host = node.host, port = node.port, username = spec.sentinel_username,
+                     password = spec.sentinel_password, tls = spec.sentinel_tls }
+    end
+    local out = {}
+    for k, v in pairs(spec) do out[k] = v end
+    out.sentinels = nodes
+    out.sentinel_username, out.sentinel_password, out.sentinel_tls = nil, nil, nil
+    return out
+end
+
 local function check_server_table(t, i)
     for k, v in pairs(t) do
         local want = SERVER_FIELDS[k]
@@ -257,6 +353,7 @@ local function check_server_table(t, i)
                 k, i, want, type(v)), 4)
         end
     end
+    if t.sentinels then return check_sentinel_table(t, i) end
     if not t.host and not t.path then
         error(format("bad option 'servers' to 'new' (server #%d needs host or path)", i), 4)
     end
@@ -282,7 +379,11 @@ function _M.servers(list, tls)
     for i, s in ipairs(list) do
         if type(s) == "string" then
             out[i] = _M.parse_url(s)
-            if tls then out[i].tls = tls end
+            if tls then
+                out[i].tls = tls
+                -- rediss+sentinel://: the sentinels take it too
+                if out[i].sentinel_tls then out[i].sentinel_tls = tls end
+            end
         elseif type(s) == "table" then
             out[i] = check_server_table(s, i)
         else

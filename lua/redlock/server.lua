@@ -4,6 +4,7 @@
 local core = require "redlock.core"
 local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
+local options = require "redlock.options"
 local scripted = require "redlock.scripted"
 
 local setmetatable, type, gsub = setmetatable, type, string.gsub
@@ -18,7 +19,7 @@ local _M = {}
 
 --- spec: a checked server table; mode: "auto", "script" or "legacy".
 function _M.new(spec, mode)
-    local conn = core.conn(spec)
+    local conn = core.conn(spec.sentinels and options.sentinel_conn_spec(spec) or spec)
     return setmetatable({
         conn = conn,
         name = conn:name(),

@@ -1,0 +1,267 @@
+/* Redis Sentinel: where a Sentinel-managed conn's master is. The conn keeps
+ * its sentinels (plain conns, each connected lazily and kept for the
+ * periodic check) and its master's name; conn.c calls in here to connect,
+ * before commands (the periodic check) and after error replies (demotion).
+ * Everything here runs on the thread that owns the conn: the caller's, or
+ * the renewal thread with its own clones. */
+#define _GNU_SOURCE
+#include "sentinel.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "conn.h"
+
+#define ERRLEN REDLOCK_CONN_ERRLEN
+/* A master named but not a master (ROLE): the sentinels have not caught up
+ * with a failover yet. Ask again this many times, this long apart. */
+#define ROUNDS 3
+#define PAUSE_MS 100
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void pause_ms(int ms) {
+    struct timespec req, rem;
+    req.tv_sec = ms / 1000;
+    req.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
+        req = rem;
+}
+
+/* One command on sentinel node i, retried once on a connection the
+ * sentinel had dropped. */
+static int ask(redlock_conn *node, int argc, const char **argv, redisReply **out) {
+    int stale = 0, rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
+    if (rc != 0 && stale)
+        rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
+    return rc;
+}
+
+enum answer { A_ADDRESS, A_UNKNOWN, A_FAILED };
+
+/* What sentinel i says of the master: its address (host copied into host),
+ * unknown (a null reply: it monitors no master of that name), or a
+ * failure (why appended to why). */
+static enum answer master_from(redlock_sentinels *s, int i, char *host, size_t hostlen,
+                               int *port, char *why, size_t whylen) {
+    redlock_conn *node = s->nodes[i];
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
+    redisReply *r = NULL;
+    size_t used = strlen(why);
+    enum answer a = A_FAILED;
+    if (ask(node, 3, argv, &r) != 0) {
+        snprintf(why + used, whylen - used, "%s%s", used ? "; " : "", node->err);
+        return A_FAILED;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+        a = A_UNKNOWN;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[0]->type == REDIS_REPLY_STRING &&
+               r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < hostlen) {
+        long p = strtol(r->element[1]->str, NULL, 10);
+        if (p >= 1 && p <= 65535) {
+            memcpy(host, r->element[0]->str, r->element[0]->len);
+            host[r->element[0]->len] = '\0';
+            *port = (int)p;
+            a = A_ADDRESS;
+        }
+    }
+    if (a == A_FAILED) {
+        if (r->type == REDIS_REPLY_ERROR)
+            snprintf(why + used, whylen - used, "%sserver: %s: %.*s", used ? "; " : "", node->name,
+                     (int)(r->len > 120 ? 120 : r->len), r->str);
+        else
+            snprintf(why + used, whylen - used, "%s%s: not a sentinel's answer", used ? "; " : "",
+                     node->name);
+    }
+    freeReplyObject(r);
+    return a;
+}
+
+/* Moves sentinel i to the front: the next question goes to it first. */
+static void to_front(redlock_sentinels *s, int i) {
+    redlock_conn *node = s->nodes[i];
+    memmove(s->nodes + 1, s->nodes, (size_t)i * sizeof *s->nodes);
+    s->nodes[0] = node;
+}
+
+/* Asks the sentinels in turn. 0 with the address; -1 with u->err set. */
+static int locate(redlock_conn *u, char *host, size_t hostlen, int *port) {
+    redlock_sentinels *s = u->sentinels;
+    char why[ERRLEN];
+    int i, unknown = 0;
+    why[0] = '\0';
+    for (i = 0; i < s->n; i++) {
+        switch (master_from(s, i, host, hostlen, port, why, sizeof why)) {
+        case A_ADDRESS:
+            if (i > 0)
+                to_front(s, i);
+            return 0;
+        case A_UNKNOWN:
+            unknown++;
+            break;
+        default:
+            break;
+        }
+    }
+    if (unknown > 0)
+        snprintf(u->err, ERRLEN,
+                 "connection: sentinel:%s: master name unknown: %d of %d sentinels monitor no "
+                 "master of that name%s%s%s",
+                 s->master_name, unknown, s->n, why[0] ? " (" : "", why, why[0] ? ")" : "");
+    else
+        snprintf(u->err, ERRLEN, "connection: sentinel:%s: no sentinel reachable (%s)",
+                 s->master_name, why);
+    return -1;
+}
+
+static int set_address(redlock_conn *u, const char *host, int port) {
+    char *copy;
+    if (u->host == NULL || strcmp(u->host, host) != 0) {
+        copy = strdup(host);
+        if (copy == NULL) {
+            snprintf(u->err, ERRLEN, "connection: sentinel:%s: out of memory",
+                     u->sentinels->master_name);
+            return -1;
+        }
+        free(u->host);
+        u->host = copy;
+    }
+    u->port = port;
+    snprintf(u->name, sizeof u->name, strchr(host, ':') ? "sentinel:%s ([%s]:%d)" : "sentinel:%s (%s:%d)",
+             u->sentinels->master_name, host, port);
+    return 0;
+}
+
+/* 1 when ROLE says master, 0 when not (u->err says what), -1 on failure. */
+static int is_master(redlock_conn *u) {
+    const char *argv[1] = {"ROLE"};
+    redisReply *r = NULL, *role;
+    int stale = 0, master;
+    if (redlock_conn_round_trip(u, 1, argv, NULL, &r, &stale) != 0)
+        return -1;
+    role = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
+    if (role != NULL && role->type != REDIS_REPLY_STRING)
+        role = NULL;
+    master = role != NULL && role->len == 6 && memcmp(role->str, "master", 6) == 0;
+    if (!master)
+        snprintf(u->err, ERRLEN,
+                 "connection: %s: the sentinels name a server that is not a master (ROLE: %.*s)",
+                 u->name, role ? (int)(role->len > 40 ? 40 : role->len) : 7,
+                 role ? role->str : "no role");
+    freeReplyObject(r);
+    return master;
+}
+
+int redlock_sentinel_connect(redlock_conn *u) {
+    int round, rc = 1;
+    for (round = 0; round < ROUNDS; round++) {
+        char host[256];
+        int port = 0;
+        if (round > 0)
+            pause_ms(PAUSE_MS);
+        if (locate(u, host, sizeof host, &port) != 0)
+            return 1;
+        if (set_address(u, host, port) != 0)
+            return 1;
+        rc = redlock_conn_connect_direct(u);
+        if (rc != 0)
+            continue; /* the sentinels may not know yet that it died */
+        /* now, so that ROLE's round trip does not check again */
+        u->sentinels->checked_ms = mono_ms();
+        if (is_master(u) == 1)
+            return 0;
+        rc = 1; /* not a master yet, or ROLE failed: u->err says which */
+        redlock_conn_drop(u);
+    }
+    return rc;
+}
+
+void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
+    redlock_sentinels *s = u->sentinels;
+    double t = mono_ms();
+    char host[256], why[ERRLEN];
+    int i, port = 0;
+    if (max_age_ms > s->check_ms)
+        max_age_ms = s->check_ms;
+    if (t - s->checked_ms < max_age_ms)
+        return;
+    s->checked_ms = t; /* also when no sentinel answers: no storm of questions */
+    why[0] = '\0';
+    for (i = 0; i < s->n; i++) {
+        enum answer a = master_from(s, i, host, sizeof host, &port, why, sizeof why);
+        if (a == A_FAILED)
+            continue;
+        if (i > 0)
+            to_front(s, i);
+        /* moved, or no longer known: connect again through the sentinels */
+        if (a == A_UNKNOWN || u->host == NULL || strcmp(host, u->host) != 0 || port != u->port)
+            redlock_conn_drop(u);
+        return;
+    }
+}
+
+static int has_word(const char *s, size_t len, const char *word) {
+    size_t w = strlen(word), i;
+    for (i = 0; i + w <= len; i++)
+        if (memcmp(s + i, word, w) == 0)
+            return 1;
+    return 0;
+}
+
+int redlock_sentinel_demoted(redlock_conn *u, const char *err, size_t len) {
+    if (u->sentinels == NULL)
+        return 0;
+    /* READONLY: a write refused by a replica (in a script too); WAIT on a
+     * replica: "WAIT cannot be used with replica instances" */
+    if (!has_word(err, len, "READONLY") && !has_word(err, len, "replica instance"))
+        return 0;
+    snprintf(u->err, ERRLEN, "connection: %s: the master became a replica (%.*s)", u->name,
+             (int)(len > 80 ? 80 : len), err);
+    redlock_conn_drop(u);
+    u->sentinels->checked_ms = 0;
+    return 1;
+}
+
+redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
+    redlock_sentinels *s = calloc(1, sizeof *s);
+    int i;
+    if (s == NULL)
+        return NULL;
+    s->check_ms = src->check_ms;
+    s->master_name = strdup(src->master_name);
+    s->nodes = calloc((size_t)src->n, sizeof *s->nodes);
+    if (s->master_name == NULL || s->nodes == NULL) {
+        redlock_sentinels_free(s);
+        return NULL;
+    }
+    for (i = 0; i < src->n; i++) {
+        s->nodes[i] = redlock_conn_clone(src->nodes[i]);
+        if (s->nodes[i] == NULL) {
+            redlock_sentinels_free(s);
+            return NULL;
+        }
+        s->n = i + 1;
+    }
+    return s;
+}
+
+void redlock_sentinels_free(redlock_sentinels *s) {
+    int i;
+    if (s == NULL)
+        return;
+    for (i = 0; i < s->n; i++)
+        redlock_conn_free(s->nodes[i]);
+    free(s->nodes);
+    free(s->master_name);
+    free(s);
+}

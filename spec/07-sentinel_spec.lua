@@ -1,0 +1,244 @@
+-- Redis Sentinel: redis+sentinel:// and the table form, discovery as the
+-- Sentinel client guidelines say, and a failover followed by the client,
+-- its renewal and Redlock members. Real redis-sentinel processes (three,
+-- quorum 2) watching a master with a replica, all on loopback.
+local helper = require "helper"
+local redlock = require "redlock"
+local options = require "redlock.options"
+
+local NAME = "mymaster"
+
+describe("Sentinel URLs and tables", function()
+    it("parses redis+sentinel:// with several sentinels, default port, credentials and db", function()
+        local s = options.servers({ "redis+sentinel://app:pw@10.0.0.1:5000,[::1],h2/locks/3" })[1]
+        assert.same({ { host = "10.0.0.1", port = 5000 }, { host = "::1", port = 26379 },
+            { host = "h2", port = 26379 } }, s.sentinels)
+        assert.equal("locks", s.master_name)
+        assert.equal("app", s.username)
+        assert.equal("pw", s.password)
+        assert.equal(3, s.db)
+        assert.is_nil(s.tls)
+    end)
+
+    it("takes TLS for the sentinels and the data nodes from rediss+sentinel://", function()
+        local s = options.servers({ "rediss+sentinel://h1/m" }, { ca_file = "/ca.pem", verify = true })[1]
+        assert.equal("/ca.pem", s.tls.ca_file)
+        assert.equal("/ca.pem", s.sentinel_tls.ca_file)
+    end)
+
+    it("takes the table form with separate credentials for the sentinels", function()
+        local s = options.servers({ { sentinels = { "a:1", "b" }, master_name = "m", password = "data",
+            sentinel_password = "sent", sentinel_tls = { ca_file = "/x" } } })[1]
+        assert.same({ { host = "a", port = 1 }, { host = "b", port = 26379 } }, s.sentinels)
+        local spec = options.sentinel_conn_spec(s)
+        assert.equal("sent", spec.sentinels[1].password)
+        assert.equal("/x", spec.sentinels[2].tls.ca_file)
+        assert.equal("data", spec.password)
+        assert.is_nil(spec.sentinel_password)
+    end)
+
+    it("refuses bad Sentinel servers with a message that never shows the password", function()
+        local function refused(servers)
+            local ok, err = pcall(redlock.new, { servers = servers })
+            assert.is_false(ok)
+            return err
+        end
+        local err = refused({ "redis+sentinel://user:hunter2@h1,h2" })
+        assert.matches("master%-name", err)
+        assert.not_matches("hunter2", err)
+        assert.matches("redis%+sentinel://%*%*%*@h1,h2", err)
+        assert.not_matches("hunter2", refused({ "redis+sentinel://hunter2@h1:99999/m" }))
+        assert.matches("master_name", refused({ { sentinels = { "a:1" } } }))
+        assert.matches("replace host", refused({ { sentinels = { "a:1" }, master_name = "m", host = "x" } }))
+        assert.matches("sentinel #2", refused({ { sentinels = { "a:1", 7 }, master_name = "m" } }))
+        assert.matches("1 to 64", refused({ { sentinels = {}, master_name = "m" } }))
+        assert.matches("sentinel_check", refused({ { sentinels = { "a" }, master_name = "m", sentinel_check = 0.5 } }))
+    end)
+end)
+
+describe("Sentinel", function()
+    local master, replica, solo2, solo3, sentinels
+    local dead_port = 1 -- nothing listens on port 1 of loopback
+
+    local function url(name, list)
+        local addrs = {}
+        for i, s in ipairs(list or sentinels) do
+            addrs[i] = type(s) == "number" and ("127.0.0.1:" .. s) or ("127.0.0.1:" .. s.port)
+        end
+        return "redis+sentinel://" .. table.concat(addrs, ",") .. "/" .. (name or NAME)
+    end
+
+    local function evalsha_calls(server)
+        return tonumber(server:cli("INFO", "commandstats"):match("cmdstat_evalsha:calls=(%d+)")) or 0
+    end
+
+    setup(function()
+        master = helper.start_server()
+        replica = helper.start_replica(master)
+        solo2, solo3 = helper.start_server(), helper.start_server()
+        local watched = { [NAME] = master, m2 = solo2, m3 = solo3 }
+        sentinels = { helper.start_sentinel(watched), helper.start_sentinel(watched),
+            helper.start_sentinel(watched) }
+        -- each sentinel knows the replica and the other sentinels (a
+        -- failover's election and the reconfiguration need them)
+        assert(helper.eventually(15000, function()
+            for _, s in ipairs(sentinels) do
+                local out = s:cli("SENTINEL", "master", NAME)
+                if not out:find("num%-other%-sentinels\n2") or not out:find("num%-slaves\n1") then
+                    return false
+                end
+            end
+            return true
+        end), "the sentinels did not discover each other and the replica")
+    end)
+    teardown(function() helper.stop_all() end)
+
+    it("takes locks on the master the sentinels name, never on its replica", function()
+        local c = redlock.new({ servers = url() })
+        local key = helper.key("sentinel")
+        local lock = assert(c:acquire(key, { ttl = 5000 }))
+        assert.equal(lock.token, master:cli("GET", key))
+        assert.is_nil(c:try_acquire(key))
+        assert.is_true(lock:extend(5000))
+        assert.is_true(lock:release())
+        assert.equal("0", master:cli("EXISTS", key))
+        assert.equal(0, evalsha_calls(replica))
+        assert.matches("sentinel:mymaster", tostring(c))
+        c:close()
+    end)
+
+    it("asks the next sentinel when one is down, and names the master's address in errors", function()
+        local c = redlock.new({ servers = url(nil, { dead_port, sentinels[2], sentinels[3] }) })
+        local key = helper.key("sentinel")
+        local lock = assert(c:acquire(key))
+        assert.is_nil(c:try_acquire(key))
+        local held, msg, code = c:try_acquire(key)
+        assert.is_nil(held)
+        assert.equal("locked", code)
+        assert.matches("sentinel:mymaster", msg)
+        assert.is_true(lock:release())
+        c:close()
+    end)
+
+    it("says 'master name unknown' apart from 'no sentinel reachable'", function()
+        local c = redlock.new({ servers = url("nosuchmaster"), connect_timeout = 500 })
+        local lock, err, code = c:try_acquire(helper.key("sentinel"))
+        assert.is_nil(lock)
+        assert.equal("connection", code)
+        assert.matches("master name unknown", err)
+        assert.matches("nosuchmaster", err)
+        c:close()
+
+        local gone = redlock.new({ servers = url(nil, { dead_port, 2 }), connect_timeout = 500 })
+        lock, err, code = gone:try_acquire(helper.key("sentinel"))
+        assert.is_nil(lock)
+        assert.equal("connection", code)
+        assert.matches("no sentinel reachable", err)
+        assert.matches("127.0.0.1:1", err, 1, true)
+        assert.matches("127.0.0.1:2", err, 1, true)
+        gone:close()
+    end)
+
+    it("uses the sentinels' own credentials (sentinel_password), apart from the data nodes'", function()
+        local guarded = helper.start_sentinel({ m2 = solo2 }, { password = "sentinel-secret", quorum = 1 })
+        local spec = { sentinels = { "127.0.0.1:" .. guarded.port }, master_name = "m2",
+            sentinel_password = "sentinel-secret" }
+        local c = redlock.new({ servers = { spec } })
+        local key = helper.key("sentinel")
+        local lock = assert(c:acquire(key))
+        assert.equal(lock.token, solo2:cli("GET", key))
+        assert.is_true(lock:release())
+        c:close()
+        -- without it the sentinel refuses, and the message does not leak it
+        spec.sentinel_password = "wrong-secret"
+        c = redlock.new({ servers = { spec }, connect_timeout = 500 })
+        local none, err, code = c:try_acquire(key)
+        assert.is_nil(none)
+        assert.equal("connection", code)
+        assert.matches("no sentinel reachable", err)
+        assert.not_matches("wrong%-secret", err)
+        c:close()
+        guarded:stop()
+    end)
+
+    it("makes a Redlock of Sentinel-managed masters, one voter each", function()
+        local c = redlock.new({ servers = { url(NAME), url("m2"), url("m3") } })
+        local key = helper.key("sentinel")
+        local lock = assert(c:acquire(key, { ttl = 5000 }))
+        for _, s in ipairs({ master, solo2, solo3 }) do assert.equal(lock.token, s:cli("GET", key)) end
+        assert.is_true(lock:release())
+        for _, s in ipairs({ master, solo2, solo3 }) do assert.equal("0", s:cli("EXISTS", key)) end
+        c:close()
+    end)
+
+    describe("after a failover", function()
+        local skip = helper.lua54_only()
+
+        it("follows the new master with new locks, renewal and Redlock, and never writes the old one"
+            .. (skip and " (" .. skip .. ")" or ""), function()
+            if skip then return end
+            local c = redlock.new({ servers = url(), retry_delay = 10 })
+            local quorum = redlock.new({ servers = { url(NAME), url("m2"), url("m3") } })
+            local key, renewed_key = helper.key("failover"), helper.key("failover-renewed")
+            assert.is_true((c:with_lock(key, function() end)))
+            -- a lock renewed in the background across the switch (the renewal
+            -- thread asks the sentinels twice per renewal interval)
+            local held = assert(c:acquire(renewed_key, { ttl = 3000, renew = true }))
+            local redlock_held = assert(quorum:acquire(helper.key("failover-quorum"), { ttl = 3000, renew = true }))
+            assert(helper.eventually(5000, function()
+                return replica:cli("GET", renewed_key) == held.token
+            end), "the lock did not reach the replica")
+
+            local new_addr = "127.0.0.1:" .. replica.port
+            assert.matches("^OK", sentinels[1]:cli("SENTINEL", "FAILOVER", NAME))
+            assert(helper.eventually(20000, function()
+                for _, s in ipairs(sentinels) do
+                    if s:master_addr(NAME) ~= new_addr then return false end
+                end
+                return true
+            end), "the sentinels did not switch to the replica")
+
+            -- within a few seconds of the switch the client's locks land on
+            -- the new master (it asks the sentinels every second: it does not
+            -- wait for the old master to refuse writes)
+            local before = evalsha_calls(replica)
+            assert(helper.eventually(5000, function()
+                assert(c:with_lock(key, function() end))
+                return evalsha_calls(replica) > before
+            end), "new locks did not reach the new master")
+
+            -- once the old master is a replica, nothing more is written there
+            assert(helper.eventually(20000, function()
+                return master:cli("ROLE"):match("^slave") ~= nil
+            end), "the old master was not turned into a replica")
+            local old_calls = evalsha_calls(master)
+            for _ = 1, 30 do
+                local lock = assert(c:acquire(key))
+                assert.is_true(lock:release())
+            end
+            assert.equal(old_calls, evalsha_calls(master))
+
+            -- the renewal followed: the lock is still held, on the new master
+            helper.sleep(3500) -- more than a ttl: a renewal on the old master alone would lose it
+            assert.is_false((held:lost()))
+            assert.equal(held.token, replica:cli("GET", renewed_key))
+            assert.is_true(held:release())
+            assert.equal("0", replica:cli("EXISTS", renewed_key))
+            assert.is_false((redlock_held:lost()))
+            assert.is_true(redlock_held:release())
+            c:close()
+            quorum:close()
+        end)
+    end)
+
+    it("gives a connection error naming every sentinel when all are down", function()
+        local c = redlock.new({ servers = url(), connect_timeout = 500 })
+        for _, s in ipairs(sentinels) do s:stop() end
+        local lock, err, code = c:try_acquire(helper.key("sentinel"))
+        assert.is_nil(lock)
+        assert.equal("connection", code)
+        assert.matches("no sentinel reachable", err)
+        for _, s in ipairs(sentinels) do assert.matches("127.0.0.1:" .. s.port, err, 1, true) end
+        c:close()
+    end)
+end)
