@@ -576,7 +576,7 @@ static int opt_tls(lua_State *L, int from, const char *field, redlock_tls *t) {
 
 /* One sentinel of conn{sentinels = {...}}: the table at the top of the
  * stack into node (owned by the conn being made: raising frees it). */
-static void sentinel_node(lua_State *L, conn_ud *node, int cto, int to) {
+static int sentinel_node(lua_State *L, conn_ud *node, int cto, int to) {
     int t = lua_gettop(L), has_tls;
     const char *host = opt_string(L, t, "host", 1);
     redlock_tls tls;
@@ -589,49 +589,52 @@ static void sentinel_node(lua_State *L, conn_ud *node, int cto, int to) {
     node->username = dup_or_null(L, opt_string(L, t, "username", 0));
     node->password = dup_or_null(L, opt_string(L, t, "password", 0));
     if (node->username != NULL && node->password == NULL)
-        luaL_error(L, "bad option 'sentinels' to 'conn' (a username needs a password)");
+        return luaL_error(L, "bad option 'sentinels' to 'conn' (a username needs a password)");
     has_tls = opt_tls(L, t, "tls", &tls);
     if (has_tls) {
         node->tls = calloc(1, sizeof *node->tls);
         if (node->tls == NULL || redlock_tls_settings_copy(node->tls, &tls) != 0)
-            luaL_error(L, "out of memory");
+            return luaL_error(L, "out of memory");
     }
+    return 0;
 }
 
 /* conn{sentinels = {{host=, port=, username=, password=, tls=}, ...},
- * master_name =, ...}: u finds its master through these. Sentinels are
- * asked with short timeouts (at most 500 ms): a dead one must not cost the
- * whole connect timeout when others can answer. */
-static void opt_sentinels(lua_State *L, conn_ud *u) {
+ * master_name =, sentinel_check =, ...}: u finds its master through these.
+ * Sentinels are asked with short timeouts (at most 500 ms): a dead one must
+ * not cost the whole connect timeout when others can answer. */
+static int opt_sentinels(lua_State *L, conn_ud *u) {
     const char *master = opt_string(L, 1, "master_name", 1);
     int n, i, cto = u->connect_timeout_ms < 500 ? u->connect_timeout_ms : 500;
     int to = u->timeout_ms > 0 && u->timeout_ms < 500 ? u->timeout_ms : 500;
+    redlock_sentinels *s;
     lua_getfield(L, 1, "sentinels");
-    n = (int)lua_rawlen(L, -1);
-    if (!lua_istable(L, -1) || n < 1 || n > 64)
-        luaL_error(L, "bad option 'sentinels' to 'conn' (1 to 64 tables expected)");
-    u->sentinels = calloc(1, sizeof *u->sentinels);
-    if (u->sentinels == NULL)
-        luaL_error(L, "out of memory");
-    u->sentinels->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
-    u->sentinels->master_name = dup_or_null(L, master);
-    u->sentinels->nodes = calloc((size_t)n, sizeof *u->sentinels->nodes);
-    if (u->sentinels->nodes == NULL)
-        luaL_error(L, "out of memory");
+    n = lua_istable(L, -1) ? (int)lua_rawlen(L, -1) : 0;
+    if (n < 1 || n > 64)
+        return luaL_error(L, "bad option 'sentinels' to 'conn' (1 to 64 tables expected)");
+    s = u->sentinels = calloc(1, sizeof *u->sentinels);
+    if (s == NULL)
+        return luaL_error(L, "out of memory");
+    s->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
+    s->master_name = dup_or_null(L, master);
+    s->nodes = calloc((size_t)n, sizeof(redlock_conn *));
+    if (s->nodes == NULL)
+        return luaL_error(L, "out of memory");
     for (i = 1; i <= n; i++) {
         conn_ud *node = calloc(1, sizeof *node);
         if (node == NULL)
-            luaL_error(L, "out of memory");
-        u->sentinels->nodes[i - 1] = node;
-        u->sentinels->n = i;
+            return luaL_error(L, "out of memory");
+        s->nodes[i - 1] = node;
+        s->n = i;
         lua_rawgeti(L, -1, i);
         if (!lua_istable(L, -1))
-            luaL_error(L, "bad option 'sentinels' to 'conn' (table expected at %d)", i);
+            return luaL_error(L, "bad option 'sentinels' to 'conn' (table expected at %d)", i);
         sentinel_node(L, node, cto, to);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
     snprintf(u->name, sizeof u->name, "sentinel:%s", master);
+    return 0;
 }
 
 /* conn{host=, port=, path=, username=, password=, db=, connect_timeout=,

@@ -90,7 +90,7 @@ static enum answer master_from(redlock_sentinels *s, int i, char *host, size_t h
 /* Moves sentinel i to the front: the next question goes to it first. */
 static void to_front(redlock_sentinels *s, int i) {
     redlock_conn *node = s->nodes[i];
-    memmove(s->nodes + 1, s->nodes, (size_t)i * sizeof *s->nodes);
+    memmove(s->nodes + 1, s->nodes, (size_t)i * sizeof(redlock_conn *));
     s->nodes[0] = node;
 }
 
@@ -239,7 +239,7 @@ redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
         return NULL;
     s->check_ms = src->check_ms;
     s->master_name = strdup(src->master_name);
-    s->nodes = calloc((size_t)src->n, sizeof *s->nodes);
+    s->nodes = calloc((size_t)src->n, sizeof(redlock_conn *));
     if (s->master_name == NULL || s->nodes == NULL) {
         redlock_sentinels_free(s);
         return NULL;

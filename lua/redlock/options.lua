@@ -320,7 +320,8 @@ local function check_sentinel_table(t, i)
     local what = format("option 'servers' to 'new' (server #%d)", i)
     if copy.tls then copy.tls = _M.check_tls(copy.tls, what, 6) end
     if copy.sentinel_tls then copy.sentinel_tls = _M.check_tls(copy.sentinel_tls, what, 6) end
-    if copy.sentinel_check and (copy.sentinel_check < 1 or copy.sentinel_check ~= floor(copy.sentinel_check)) then
+    local check = copy.sentinel_check
+    if check and (check < 1 or check ~= floor(check) or check > 86400000) then
         bad_field("sentinel_check: positive integer (ms) expected")
     end
     return copy
