@@ -115,11 +115,11 @@ static int locate(redlock_conn *u, char *host, size_t hostlen, int *port) {
     }
     if (unknown > 0)
         snprintf(u->err, ERRLEN,
-                 "connection: sentinel:%s: master name unknown: %d of %d sentinels monitor no "
-                 "master of that name%s%s%s",
+                 "connection: sentinel:%.60s: master name unknown: %d of %d sentinels monitor "
+                 "no master of that name%s%.300s%s",
                  s->master_name, unknown, s->n, why[0] ? " (" : "", why, why[0] ? ")" : "");
     else
-        snprintf(u->err, ERRLEN, "connection: sentinel:%s: no sentinel reachable (%s)",
+        snprintf(u->err, ERRLEN, "connection: sentinel:%.60s: no sentinel reachable (%.400s)",
                  s->master_name, why);
     return -1;
 }

@@ -17,7 +17,8 @@ local JIT_CORE = "build/jit/redlock/core.so"
 
 -- The test's own lines in the example's nginx.conf (its markers).
 local LUA_PATH = "@REPO@/spec/openresty/?.lua;"
-local HTTP = [[init_worker_by_lua_block { require("probe").init_worker() }]]
+local HTTP = [[init_worker_by_lua_block { require("probe").init_worker() }
+    lua_shared_dict redlock_sentinel 1m;]]
 local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
@@ -28,7 +29,8 @@ local SERVER = [[
         location = /auth { content_by_lua_block { require("probe").auth() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
-        location = /tls { content_by_lua_block { require("probe").tls() } }]]
+        location = /tls { content_by_lua_block { require("probe").tls() } }
+        location = /sentinel { content_by_lua_block { require("probe").sentinel() } }]]
 local function start(redis, workers, redlock_ports, http)
     local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
     return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""), server = SERVER,
@@ -373,6 +375,72 @@ describe("OpenResty (nginx + Lua module)", function()
             -- verify off: the name no longer matters
             _, t = tls_get(plain, "&name=wrong.example&insecure=1")
             assert.matches("^%x+$", t.token or "", t.err)
+        end)
+    end)
+
+    describe("Sentinel", function()
+        local master, replica, sentinels, url
+        local function evalsha_calls(server)
+            return tonumber(server:cli("INFO", "commandstats"):match("cmdstat_evalsha:calls=(%d+)")) or 0
+        end
+        setup(function()
+            master = helper.start_server()
+            replica = helper.start_replica(master)
+            sentinels = {}
+            local addrs = {}
+            for i = 1, 3 do
+                sentinels[i] = helper.start_sentinel({ mymaster = master })
+                addrs[i] = "127.0.0.1:" .. sentinels[i].port
+            end
+            url = "redis+sentinel://" .. table.concat(addrs, ",") .. "/mymaster"
+            assert(helper.eventually(15000, function()
+                for _, s in ipairs(sentinels) do
+                    local out = s:cli("SENTINEL", "master", "mymaster")
+                    if not out:find("num%-other%-sentinels\n2") or not out:find("num%-slaves\n1") then
+                        return false
+                    end
+                end
+                return true
+            end), "the sentinels did not discover each other and the replica")
+            ngx_server = start(redis, 2, redlock_ports)
+        end)
+        teardown(function()
+            ngx_server:stop()
+            ngx_server = nil
+        end)
+
+        local function take(name, n)
+            local key = helper.key("sentinel")
+            local u = name and url:gsub("/mymaster$", "/" .. name) or url
+            return key, lines((ngx_server:get(string.format("/sentinel?url=%s&key=%s&n=%d",
+                u:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end), key, n or 1))))
+        end
+
+        it("takes locks over cosockets on the master the sentinels name, and follows a failover", function()
+            local key, t = take()
+            assert.equal(master:cli("GET", key), t.token)
+            assert.equal("127.0.0.1:" .. master.port, t.master)
+            _, t = take("nosuchmaster")
+            assert.equal("connection", t.code)
+            assert.matches("master name unknown", t.err)
+
+            assert.matches("^OK", sentinels[1]:cli("SENTINEL", "FAILOVER", "mymaster"))
+            local new_addr = "127.0.0.1:" .. replica.port
+            assert(helper.eventually(20000, function()
+                return sentinels[2]:master_addr("mymaster") == new_addr
+            end), "the sentinels did not switch to the replica")
+            assert(helper.eventually(8000, function()
+                key, t = take()
+                return t.token ~= nil and replica:cli("GET", key) == t.token
+            end), "locks taken in nginx did not reach the new master")
+            assert(helper.eventually(20000, function()
+                return master:cli("ROLE"):match("^slave") ~= nil
+            end), "the old master was not turned into a replica")
+            local old_calls = evalsha_calls(master)
+            _, t = take(nil, 20)
+            assert.equal(new_addr, t.master)
+            assert.equal(old_calls, evalsha_calls(master))
+            assert.same({}, ngx_server:errors())
         end)
     end)
 end)

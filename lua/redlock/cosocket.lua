@@ -13,6 +13,7 @@
 local core = require "redlock.core"
 local blocking = require "redlock.server"
 local ngx_wait = require "redlock.ngx_wait"
+local ngx_sentinel = require "redlock.ngx_sentinel"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
@@ -83,7 +84,7 @@ end
 -- Connections to one server go to a pool of their own, named by address,
 -- database and credentials: a pooled connection has already run AUTH and
 -- SELECT, so it must only be handed to a server with the same ones.
-local function pool_name(self)
+local function pool_name(self, host, port)
     local spec = self.spec
     local who = ""
     if spec.password then who = ngx.md5((spec.username or "") .. "\0" .. spec.password) end
@@ -93,7 +94,9 @@ local function pool_name(self)
         who = who .. "/tls:" .. ngx.md5(format("%s\0%s\0%s\0%s\0%s", tls.server_name or "",
             tostring(tls.verify), tls.cert_file or "", tls.key_file or "", tls.ca_file or ""))
     end
-    return format("redlock:%s/%d/%s", self.name, spec.db or 0, who)
+    -- a Sentinel-managed server's pool is its master's of the moment
+    local where = self.sentinel and format("%s@%s:%d", self.name, host, port) or self.name
+    return format("redlock:%s/%d/%s", where, spec.db or 0, who)
 end
 
 -- A client certificate for sock:setclientcert (lua-resty-core's ngx.ssl),
@@ -125,7 +128,7 @@ end
 
 -- The TLS handshake on a new cosocket. The CAs are nginx's own
 -- (lua_ssl_trusted_certificate): a cosocket takes no ca_file of its own.
-local function handshake(self, sock)
+local function handshake(self, sock, host)
     local tls = self.spec.tls
     if tls.cert_file then
         local cert, key = client_cert(self, tls)
@@ -136,7 +139,7 @@ local function handshake(self, sock)
                 tostring(err))
         end
     end
-    local ok, err = sock:sslhandshake(false, tls.server_name or self.host, tls.verify ~= false)
+    local ok, err = sock:sslhandshake(false, tls.server_name or host or self.host, tls.verify ~= false)
     if not ok then
         return nil, format("connection: %s: TLS handshake failed (%s)", self.name, tostring(err))
     end
@@ -191,6 +194,9 @@ local function setup(self, sock, rd, limit)
     if spec.db and spec.db ~= 0 then
         steps[#steps + 1] = { "SELECT", encode("SELECT", spec.db) }
     end
+    -- Sentinel: a new connection checks that the master it was told of is
+    -- one (a failover may be under way); if not, the next try asks again
+    if self.sentinel then steps[#steps + 1] = { "ROLE", encode("ROLE") } end
     for _, step in ipairs(steps) do
         local ok, v, msg, code = exchange(sock, rd, step[2])
         if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
@@ -202,9 +208,17 @@ local function setup(self, sock, rd, limit)
             end
             return nil, msg, code
         end
+        if step[1] == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
+            ngx_sentinel.forget(self)
+            return nil, format("connection: %s: the sentinels name a server that is not a master"
+                .. " (ROLE: %s)", self.name, type(v) == "table" and tostring(v[1]) or "?"),
+                "connection", true
+        end
     end
     return true
 end
+
+ngx_sentinel.init({ exchange = exchange, handshake = handshake, setup = setup })
 
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
 -- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
@@ -217,22 +231,33 @@ local function connect(self, tmo)
     local cto, rto = self.connect_timeout, self.timeout
     if tmo then cto, rto = 2 * tmo, 2 * tmo end
     sock:settimeouts(cto, rto, rto)
-    local pool = self.pool or pool_name(self)
-    self.pool = pool
+    local host, port, pool = self.host, self.port, self.pool
+    if self.sentinel then
+        host, port = ngx_sentinel.address(self)
+        if not host then return nil, port, false end
+        pool = pool_name(self, host, port)
+    elseif not pool then
+        pool = pool_name(self)
+        self.pool = pool
+    end
     local ok
     if self.path then
         ok, err = sock:connect(self.path, { pool = pool })
     else
-        ok, err = sock:connect(self.host, self.port, { pool = pool })
+        ok, err = sock:connect(host, port, { pool = pool })
     end
     if not ok then
         local timed_out = err == "timeout"
         if timed_out then err = format("timed out after %d ms", cto) end
+        if self.sentinel then
+            ngx_sentinel.forget(self) -- a dead master: ask the sentinels next time
+            err = format("%s at %s:%d", tostring(err), host, port)
+        end
         return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
     end
     if self.spec.tls and self.path == nil and sock:getreusedtimes() == 0 then
         local done
-        done, err = handshake(self, sock)
+        done, err = handshake(self, sock, host)
         if not done then
             sock:close()
             return nil, err, false
@@ -267,11 +292,11 @@ local function attempt(self, cmd, req, tmo, script, nkeys, ...)
     end
     local rd = reader(self)
     if not reused then
-        local ok
-        ok, err, code = setup(self, sock, rd, limit)
+        local ok, retry
+        ok, err, code, retry = setup(self, sock, rd, limit)
         if not ok then
             sock:close()
-            return nil, err, code, false
+            return nil, err, code, retry == true
         end
     end
     local ok, v, msg
@@ -290,6 +315,15 @@ local function attempt(self, cmd, req, tmo, script, nkeys, ...)
         pinned[co] = nil
         sock:close()
         return nil, format("connection: %s: %s", self.name, msg), code, false
+    end
+    if v == nil and self.sentinel and ngx_sentinel.demoted(msg) then
+        -- the master became a replica: nothing was written, a retry asks
+        -- the sentinels where the master is now
+        pinned[co] = nil
+        sock:close()
+        ngx_sentinel.forget(self)
+        return nil, format("connection: %s: the master became a replica (%s)", self.name,
+            sub(msg, 1, 80)), "connection", true
     end
     keep_reader(self, rd)
     if cmd and (PIN[cmd] or (pinned[co] and not UNPIN[cmd])) then
@@ -405,6 +439,9 @@ function _M.new(spec, mode, o)
         keepalive_timeout = o.keepalive_timeout or 60000,
         pool_size = o.pool_size or 32,
         readers = {},
+        -- Sentinel: where the master is (redlock.ngx_sentinel), or nil
+        sentinel = ngx_sentinel.new(spec, spec.connect_timeout or o.connect_timeout or 1000,
+            spec.timeout or o.timeout or 1000),
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
@@ -416,22 +453,27 @@ end
 
 --- A connection of its own (never pooled), with AUTH and SELECT done, whose
 -- reads time out after read_ms: redlock.ngx_wait's subscriber. Returns
--- sock, reader; or nil, message.
+-- sock, reader, host, port (the address connected to); or nil, message.
 function _M.open(server, read_ms)
     local sock, err = ngx.socket.tcp()
     if not sock then return nil, tostring(err) end
     sock:settimeouts(server.connect_timeout, server.timeout, read_ms)
     local ok
+    local host, port = server.host, server.port
+    if server.sentinel then
+        host, port = ngx_sentinel.address(server)
+        if not host then return nil, port end
+    end
     if server.path then
         ok, err = sock:connect(server.path)
     else
-        ok, err = sock:connect(server.host, server.port)
+        ok, err = sock:connect(host, port)
     end
     if not ok then
         return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err))
     end
     if server.spec.tls and server.path == nil then
-        ok, err = handshake(server, sock)
+        ok, err = handshake(server, sock, host)
         if not ok then
             sock:close()
             return nil, err
@@ -443,7 +485,7 @@ function _M.open(server, read_ms)
         sock:close()
         return nil, err
     end
-    return sock, rd
+    return sock, rd, host, port
 end
 
 --- Waiting for a release: a blocking BLPOP per waiter has no place in an

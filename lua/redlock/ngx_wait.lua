@@ -78,7 +78,7 @@ local function listen(sub, sock, rd)
             if type(v) == "table" then
                 if v[1] == "message" and type(v[3]) == "string" then
                     remember(sub, v[3])
-                elseif v[1] == "pong" and sub.stopping then
+                elseif v[1] == "pong" and (sub.stopping or sub.moved) then
                     return
                 end
             end
@@ -103,13 +103,21 @@ end
 -- times out on a quiet channel (nginx would log each timeout as an error),
 -- a dead server is noticed, and the reader learns that the subscriber
 -- stops (worker exiting, nobody waiting for IDLE_MS).
+-- A Sentinel-managed server's subscriber also follows its master: when
+-- the sentinels name another one, it subscribes there (releases publish on
+-- the master the locks are taken on).
 local function tick(sub, sock)
+    local server = sub.server
     while true do
         ngx.sleep(TICK_MS / 1000)
         if ngx.worker.exiting() or (sub.idle_since and now() - sub.idle_since > _M.IDLE_MS) then
             sub.stopping = true
         end
-        if not sock:send(PING) or sub.stopping then return end
+        if server.sentinel then
+            local host, port = require("redlock.ngx_sentinel").address(server)
+            if host and (host ~= sub.host or port ~= sub.port) then sub.moved = true end
+        end
+        if not sock:send(PING) or sub.stopping or sub.moved then return end
     end
 end
 
@@ -118,7 +126,8 @@ local function run(premature, sub)
     -- the reader gives up on a server silent for three ticks
     local read_ms = 3 * TICK_MS + sub.server.timeout
     while not premature do
-        local sock, rd = open(sub.server, read_ms)
+        local sock, rd, host, port = open(sub.server, read_ms)
+        sub.host, sub.port, sub.moved = host, port, false
         if sock then
             if subscribe(sock, rd) then
                 sub.ready, sub.ready_at = true, now()

@@ -192,4 +192,33 @@ function _M.renewing()
     ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))
 end
 
+--- GET /sentinel?url=U&key=K[&n=N]: a client on U (redis+sentinel://)
+-- takes lock K N times (default once, released each time but the last,
+-- held 60 s) over cosockets; answers the last token and where it was
+-- taken, or code and err.
+local sentinel_clients = {}
+function _M.sentinel()
+    local args = ngx.req.get_uri_args()
+    local c = sentinel_clients[args.url]
+    if not c then
+        c = redlock.new { servers = { args.url }, connect_timeout = 500 }
+        sentinel_clients[args.url] = c
+    end
+    local n = tonumber(args.n) or 1
+    for i = 1, n do
+        local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+        if not lock then
+            ngx.say("code=", code)
+            ngx.say("err=", err)
+            return
+        end
+        if i == n then
+            ngx.say("token=", lock.token)
+            ngx.say("master=", c.servers[1].sentinel.host, ":", c.servers[1].sentinel.port)
+        else
+            lock:release()
+        end
+    end
+end
+
 return _M

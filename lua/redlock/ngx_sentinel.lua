@@ -1,0 +1,167 @@
+--- Redis Sentinel inside nginx: where a Sentinel-managed server's master is,
+-- asked over cosockets (redlock.cosocket's connections use it; outside the
+-- yieldable phases the C core does the same over hiredis, see
+-- csrc/sentinel.c). The sentinels are asked in turn, each with a short
+-- timeout; the one that answers goes to the front. The address is kept per
+-- worker for sentinel_check ms, and, when nginx.conf has
+-- `lua_shared_dict redlock_sentinel 1m;`, shared by all workers for as long,
+-- so that a burst of requests does not ask the sentinels once per request.
+-- A ROLE check on every new connection and READONLY replies make the
+-- server forget the address (redlock.cosocket). Internal.
+local core = require "redlock.core"
+
+local ngx = rawget(_G, "ngx")
+local encode, new_reader, now = core.encode, core.reader, core.now
+local format, concat, tostring, type = string.format, table.concat, tostring, type
+local match, min = string.match, math.min
+local ipairs, tonumber, insert, remove = ipairs, tonumber, table.insert, table.remove
+
+local _M = {}
+
+-- The cosocket primitives of redlock.cosocket (exchange, handshake, setup),
+-- given once it has defined them: they are its locals.
+local io
+
+function _M.init(primitives) io = primitives end
+
+local DICT = "redlock_sentinel"
+local TIMEOUT_CAP = 500 -- ms: a dead sentinel must not cost a whole connect timeout
+
+--- The Sentinel state of a cosocket server made from spec (nil when spec
+-- has no sentinels). connect_timeout, timeout: the server's.
+function _M.new(spec, connect_timeout, timeout)
+    if not spec.sentinels then return nil end
+    local nodes, addrs = {}, {}
+    for i, node in ipairs(spec.sentinels) do
+        local host = node.host
+        local shown = host:find(":", 1, true) and ("[" .. host .. "]") or host
+        nodes[i] = {
+            host = host, port = node.port,
+            name = format("sentinel %s:%d", shown, node.port),
+            -- what redlock.cosocket's setup and handshake read
+            spec = { username = spec.sentinel_username, password = spec.sentinel_password,
+                     tls = spec.sentinel_tls },
+        }
+        addrs[i] = shown .. ":" .. node.port
+    end
+    return {
+        nodes = nodes,
+        master_name = spec.master_name,
+        check_ms = spec.sentinel_check or 1000,
+        connect_timeout = min(connect_timeout, TIMEOUT_CAP),
+        timeout = min(timeout, TIMEOUT_CAP),
+        dict_key = "m:" .. spec.master_name .. "|" .. concat(addrs, ","),
+        host = nil, port = nil, checked = -math.huge,
+    }
+end
+
+-- What one sentinel says: host, port | false (a null reply: it knows no
+-- such master) | nil, message.
+local function ask(st, node)
+    local sock, err = ngx.socket.tcp()
+    if not sock then return nil, format("connection: %s: %s", node.name, tostring(err)) end
+    sock:settimeouts(st.connect_timeout, st.timeout, st.timeout)
+    local pool = format("redlock-sentinel:%s:%d:%s", node.host, node.port,
+        node.spec.password and ngx.md5((node.spec.username or "") .. "\0" .. node.spec.password) or "")
+    local ok
+    ok, err = sock:connect(node.host, node.port, { pool = pool })
+    if not ok then
+        return nil, format("connection: %s: could not connect (%s)", node.name, tostring(err))
+    end
+    local rd = new_reader()
+    if sock:getreusedtimes() == 0 then
+        if node.spec.tls then
+            ok, err = io.handshake(node, sock)
+            if not ok then
+                sock:close()
+                return nil, err
+            end
+        end
+        ok, err = io.setup(node, sock, rd, st.timeout)
+        if not ok then
+            sock:close()
+            return nil, err
+        end
+    end
+    local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name))
+    if not done then
+        sock:close()
+        return nil, format("connection: %s: %s", node.name, tostring(v))
+    end
+    sock:setkeepalive(60000, 4)
+    if v == core.null then return false end
+    if type(v) == "table" and type(v[1]) == "string" and tonumber(v[2]) then
+        return v[1], tonumber(v[2])
+    end
+    return nil, format("server: %s: %s", node.name, msg or "not a sentinel's answer")
+end
+
+-- Asks the sentinels in turn: host, port or nil, message.
+local function locate(st)
+    local nodes, why, unknown = st.nodes, {}, 0
+    for i = 1, #nodes do
+        local host, port = ask(st, nodes[i])
+        if host then
+            if i > 1 then insert(nodes, 1, remove(nodes, i)) end
+            return host, port
+        elseif host == false then
+            unknown = unknown + 1
+        else
+            why[#why + 1] = port
+        end
+    end
+    local reasons = concat(why, "; ")
+    if unknown > 0 then
+        return nil, format("connection: sentinel:%s: master name unknown: %d of %d sentinels monitor "
+            .. "no master of that name%s", st.master_name, unknown, #nodes,
+            reasons ~= "" and (" (" .. reasons .. ")") or "")
+    end
+    return nil, format("connection: sentinel:%s: no sentinel reachable (%s)", st.master_name, reasons)
+end
+
+--- The master's address for server (a redlock.cosocket server with
+-- server.sentinel): host, port; or nil, message. Asks the sentinels when
+-- the address is older than sentinel_check ms, or forgotten.
+function _M.address(server)
+    local st = server.sentinel
+    local t = now()
+    if st.host and t - st.checked < st.check_ms then return st.host, st.port end
+    local dict = ngx.shared[DICT]
+    if dict then
+        local v, host, port = dict:get(st.dict_key), nil, nil
+        if v then host, port = match(v, "^(.*)\0(%d+)$") end
+        if host then
+            st.host, st.port, st.checked = host, tonumber(port), t
+            return st.host, st.port
+        end
+    end
+    local host, port = locate(st)
+    if not host then
+        -- no sentinel answers: an address already known stays in use
+        if st.host then
+            st.checked = t
+            return st.host, st.port
+        end
+        return nil, port
+    end
+    st.host, st.port, st.checked = host, port, t
+    if dict then dict:set(st.dict_key, host .. "\0" .. port, st.check_ms / 1000) end
+    return host, port
+end
+
+--- Forgets server's master address (a ROLE that is not master, READONLY):
+-- the next connection asks the sentinels.
+function _M.forget(server)
+    local st = server.sentinel
+    st.host, st.port, st.checked = nil, nil, -math.huge
+    local dict = ngx.shared[DICT]
+    if dict then dict:delete(st.dict_key) end
+end
+
+--- Whether a server error says the node is a replica now.
+function _M.demoted(msg)
+    return type(msg) == "string" and (msg:find("READONLY", 1, true) ~= nil
+        or msg:find("replica instance", 1, true) ~= nil)
+end
+
+return _M
