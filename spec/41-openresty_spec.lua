@@ -420,6 +420,7 @@ describe("OpenResty (nginx + Lua module)", function()
             local key, t = take()
             assert.equal(master:cli("GET", key), t.token)
             assert.equal("127.0.0.1:" .. master.port, t.master)
+            local _
             _, t = take("nosuchmaster")
             assert.equal("connection", t.code)
             assert.matches("master name unknown", t.err)
