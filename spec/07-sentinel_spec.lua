@@ -161,6 +161,24 @@ describe("Sentinel", function()
         guarded:stop()
     end)
 
+    it("works from the CLI with a redis+sentinel:// URL (status, run)", function()
+        local key = helper.key("sentinel-cli")
+        local cmd = helper.lua_cmd("bin/redlock", "run", "-s", url(), key, "--", "sh", "-c",
+            "echo ran") .. " 2>&1"
+        assert.equal("ran", helper.read_cmd(cmd):gsub("%s+$", ""))
+        local c = redlock.new({ servers = url() })
+        local lock = assert(c:acquire(key))
+        local out = helper.read_cmd(helper.lua_cmd("bin/redlock", "status", "-s", url(), key) .. " 2>&1")
+        assert.matches("held", out)
+        assert.is_true(lock:release())
+        c:close()
+        -- a password in a sentinel URL is never printed
+        out = helper.read_cmd(helper.lua_cmd("bin/redlock", "status", "-s",
+            "redis+sentinel://u:hunter2@h1,h2", key) .. " 2>&1")
+        assert.matches("redis%+sentinel://%*%*%*@h1,h2", out)
+        assert.not_matches("hunter2", out)
+    end)
+
     it("makes a Redlock of Sentinel-managed masters, one voter each", function()
         local c = redlock.new({ servers = { url(NAME), url("m2"), url("m3") } })
         local key = helper.key("sentinel")

@@ -220,6 +220,19 @@ end
 
 ngx_sentinel.init({ exchange = exchange, handshake = handshake, setup = setup })
 
+-- Closes the idle connections of a pool: each connect() to it hands out
+-- one of them until a new connection would be made.
+local function drain(host, port, pool, most)
+    for _ = 1, most do
+        local sock = ngx.socket.tcp()
+        sock:settimeouts(100, 100, 100)
+        if not sock:connect(host, port, { pool = pool }) then return end
+        local reused = sock:getreusedtimes() > 0
+        sock:close()
+        if not reused then return end
+    end
+end
+
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
 -- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
 -- server's timeouts, doubled for what a new connection has to do first.
@@ -236,6 +249,13 @@ local function connect(self, tmo)
         host, port = ngx_sentinel.address(self)
         if not host then return nil, port, false end
         pool = pool_name(self, host, port)
+        local st = self.sentinel
+        if st.used_pool ~= pool then
+            -- the master moved: this worker's idle connections to the old
+            -- one are closed now, not when keepalive_timeout ends them
+            if st.used_pool then drain(st.used_host, st.used_port, st.used_pool, self.pool_size) end
+            st.used_host, st.used_port, st.used_pool = host, port, pool
+        end
     elseif not pool then
         pool = pool_name(self)
         self.pool = pool

@@ -313,7 +313,13 @@ local function check_sentinel_table(t, i)
     end
     for j, addr in ipairs(t.sentinels) do
         local host, port
-        if type(addr) == "string" then host, port = host_port(addr, SENTINEL_PORT) end
+        if type(addr) == "string" then
+            host, port = host_port(addr, SENTINEL_PORT)
+        elseif type(addr) == "table" and type(addr.host) == "string" then
+            -- a parsed URL's (the CLI passes tables)
+            host, port = addr.host, addr.port or SENTINEL_PORT
+            if type(port) ~= "number" or port < 1 or port > 65535 or port ~= floor(port) then host = nil end
+        end
         if not host then bad_field(format("sentinel #%d: \"host[:port]\" expected", j)) end
         copy.sentinels[j] = { host = host, port = port }
     end

@@ -161,7 +161,7 @@ end
 local function shown_url(url)
     local at = match(url, "^.*()@")
     if not at then return url end
-    return (match(url, "^(%a+:/*)") or "") .. "***" .. sub(url, at)
+    return (match(url, "^(%a[%w+.-]*:/*)") or "") .. "***" .. sub(url, at)
 end
 _M.shown_url = shown_url
 
