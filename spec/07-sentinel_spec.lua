@@ -260,3 +260,34 @@ describe("Sentinel", function()
         c:close()
     end)
 end)
+
+describe("Sentinel over TLS", function()
+    local skip = helper.lua54_only()
+    it("finds the master through TLS sentinels and locks over TLS (rediss+sentinel://)"
+        .. (skip and " (" .. skip .. ")" or ""), function()
+        if skip then return end
+        local certs = helper.tls_certs()
+        local master = helper.start_tls_server(certs)
+        local port = 20000 + math.random(0, 39999)
+        local sentinel = helper.start_sentinel({ tlsmaster = { port = master.tls_port } }, { quorum = 1, config = {
+            "tls-port " .. port, "tls-cert-file " .. certs.server_crt, "tls-key-file " .. certs.server_key,
+            "tls-ca-cert-file " .. certs.ca, "tls-auth-clients no", "tls-replication yes" } })
+        local url = "rediss+sentinel://127.0.0.1:" .. port .. "/tlsmaster"
+        local c = redlock.new({ servers = url, tls = { ca_file = certs.ca } })
+        local key = helper.key("sentinel-tls")
+        local lock = assert(c:acquire(key))
+        assert.equal(lock.token, master:cli("GET", key))
+        assert.is_true(lock:release())
+        c:close()
+        -- the sentinels' CA is checked too: a wrong one fails, naming the sentinel
+        c = redlock.new({ servers = url, tls = { ca_file = certs.other_ca }, connect_timeout = 500 })
+        local none, err, code = c:try_acquire(key)
+        assert.is_nil(none)
+        assert.equal("connection", code)
+        assert.matches("no sentinel reachable", err)
+        assert.matches("sentinel 127.0.0.1:" .. port, err, 1, true)
+        c:close()
+        sentinel:stop()
+        master:stop()
+    end)
+end)

@@ -268,7 +268,9 @@ end
 
 --- Starts a redis-sentinel (redis-server --sentinel) that monitors each
 -- master of masters ({name = server}), with quorum 2 and short timeouts
--- (down after 1 s), so that a failover takes a few seconds.
+-- (down after 1 s), so that a failover takes a few seconds. A master is a
+-- server, or any table with the port to watch it on. opts: quorum,
+-- password, config = { extra lines }.
 function _M.start_sentinel(masters, opts)
     opts = opts or {}
     local lines = {}
@@ -280,6 +282,7 @@ function _M.start_sentinel(masters, opts)
         if master.password then lines[#lines + 1] = "sentinel auth-pass " .. name .. " " .. master.password end
     end
     if opts.password then lines[#lines + 1] = "requirepass " .. opts.password end
+    for _, l in ipairs(opts.config or {}) do lines[#lines + 1] = l end
     local dir = fresh_dir("sentinel")
     local self = setmetatable({ dir = dir, socket = dir .. "/none.sock", sentinel_lines = lines,
         password = opts.password }, Server)
