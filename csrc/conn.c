@@ -79,6 +79,8 @@ static void conn_destroy(conn_ud *u) {
     }
     redlock_sentinels_free(u->sentinels);
     u->sentinels = NULL;
+    redlock_cluster_free(u->cluster);
+    u->cluster = NULL;
     u->closed = 1;
 }
 
@@ -270,6 +272,8 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     void *reply = NULL;
     char stack[512], *cmd = NULL; /* a lock's commands fit in stack */
     long len;
+    if (u->cluster != NULL)
+        return redlock_cluster_round_trip(u, argc, argv, argvlen, out, stale);
     *out = NULL;
     *stale = 0;
     redlock_conn_forget_inherited(u);
@@ -337,6 +341,8 @@ static int copy_settings(conn_ud *dst, const conn_ud *src) {
     }
     if (src->sentinels != NULL && (dst->sentinels = redlock_sentinels_copy(src->sentinels)) == NULL)
         return -1;
+    if (src->cluster != NULL && (dst->cluster = redlock_cluster_copy(src->cluster)) == NULL)
+        return -1;
     return 0;
 }
 
@@ -358,6 +364,8 @@ void redlock_conn_free(redlock_conn *u) {
 }
 
 int redlock_conn_ensure(redlock_conn *u) {
+    if (u->cluster != NULL)
+        return redlock_cluster_ensure(u);
     redlock_conn_forget_inherited(u);
     if (u->sentinels != NULL && u->ctx != NULL)
         redlock_sentinel_recheck(u, u->sentinels->check_ms);
@@ -637,21 +645,78 @@ static int opt_sentinels(lua_State *L, conn_ud *u) {
     return 0;
 }
 
+/* conn{cluster = {{host=, port=}, ...}, ...}: u speaks to a Redis Cluster
+ * whose seed nodes these are; each node a plain conn with u's credentials,
+ * TLS and timeouts (csrc/cluster.c). */
+static int opt_cluster(lua_State *L, conn_ud *u) {
+    int n, i;
+    lua_getfield(L, 1, "cluster");
+    n = lua_istable(L, -1) ? (int)lua_rawlen(L, -1) : 0;
+    if (n < 1 || n > 64)
+        return luaL_error(L, "bad option 'cluster' to 'conn' (1 to 64 tables expected)");
+    u->cluster = calloc(1, sizeof *u->cluster);
+    if (u->cluster == NULL)
+        return luaL_error(L, "out of memory");
+    for (i = 1; i <= n; i++) {
+        conn_ud *node;
+        const char *host;
+        int t;
+        lua_rawgeti(L, -1, i);
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "bad option 'cluster' to 'conn' (table expected at %d)", i);
+        t = lua_gettop(L);
+        host = opt_string(L, t, "host", 1);
+        node = calloc(1, sizeof *node);
+        if (node != NULL) {
+            /* a node is a plain conn with u's settings: not a Cluster */
+            redlock_cluster *c = u->cluster;
+            int failed;
+            u->cluster = NULL;
+            failed = copy_settings(node, u);
+            u->cluster = c;
+            if (failed) {
+                conn_destroy(node);
+                free(node);
+                node = NULL;
+            }
+        }
+        if (node == NULL || redlock_cluster_add(u->cluster, node) != 0) {
+            if (node != NULL) {
+                conn_destroy(node);
+                free(node);
+            }
+            return luaL_error(L, "out of memory");
+        }
+        free(node->host);
+        node->host = dup_or_null(L, host);
+        node->port = opt_int(L, t, "port", 6379, 1, 65535);
+        snprintf(node->name, sizeof node->name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+                 node->port);
+        if (i == 1)
+            snprintf(u->name, sizeof u->name, "cluster:%.110s", node->name);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
 /* conn{host=, port=, path=, username=, password=, db=, connect_timeout=,
  * timeout=, tls=} -> an unconnected conn; or with sentinels = {...} and
  * master_name = instead of host (see opt_sentinels). Checks the
  * server's own settings before allocating. */
 static int conn_new(lua_State *L) {
     const char *host, *path, *username, *password;
-    int port, db, cto, to, has_tls, sentinels;
+    int port, db, cto, to, has_tls, sentinels, cluster;
     redlock_tls tls;
     conn_ud *u;
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "sentinels");
     sentinels = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    path = sentinels ? NULL : opt_string(L, 1, "path", 0);
-    host = path || sentinels ? NULL : opt_string(L, 1, "host", 1);
+    lua_getfield(L, 1, "cluster");
+    cluster = !lua_isnil(L, -1);
+    lua_pop(L, 2);
+    path = sentinels || cluster ? NULL : opt_string(L, 1, "path", 0);
+    host = path || sentinels || cluster ? NULL : opt_string(L, 1, "host", 1);
     username = opt_string(L, 1, "username", 0);
     password = opt_string(L, 1, "password", 0);
     port = opt_int(L, 1, "port", 6379, 1, 65535);
@@ -689,6 +754,8 @@ static int conn_new(lua_State *L) {
     }
     if (sentinels)
         opt_sentinels(L, u); /* raising here: __gc frees what was made */
+    else if (cluster)
+        opt_cluster(L, u);
     return 1;
 }
 

@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 
 #include "compat.h"
+#include "cluster.h"
 #include "sentinel.h"
 #include "tls.h"
 
@@ -23,6 +24,7 @@ typedef struct redlock_conn {
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
     redlock_sentinels *sentinels;   /* NULL: host and port are fixed */
+    redlock_cluster *cluster;       /* non-NULL: a Cluster; ctx stays NULL, nodes own theirs */
     char name[128];
     char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
 } redlock_conn;

@@ -57,6 +57,7 @@ static const char *const flag_words[] = {NULL, "timeout", "stale"};
 
 typedef struct {
     redlock_conn *u;
+    redlock_conn *owner; /* the Cluster conn u is a node of, or NULL */
     int state, rc, flag;
     int reused;    /* the connection was open before this call */
     int got_bytes; /* something was read from it in this call */
@@ -115,6 +116,8 @@ static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
     s->rc = rc;
     s->flag = flag;
     s->state = S_DONE;
+    if (s->owner != NULL) /* the caller reads the Cluster conn's message */
+        memcpy(s->owner->err, s->u->err, REDLOCK_CONN_ERRLEN);
     if (rc == RC_CONNECTION)
         redlock_conn_drop(s->u);
 }
@@ -250,6 +253,16 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
+        if (r->type == REDIS_REPLY_ERROR && s->owner != NULL &&
+            redlock_cluster_redirected(s->owner, r->str, r->len)) {
+            /* refused, nothing written: the map is reloaded on the retry */
+            snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->owner->err);
+            freeReplyObject(r);
+            s->rc = RC_CONNECTION;
+            s->flag = F_STALE;
+            s->state = S_DONE;
+            return;
+        }
         if (r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
             redlock_sentinel_demoted(s->u, r->str, r->len)) {
             /* nothing written: as a stale connection, the caller may retry */
@@ -315,6 +328,18 @@ static void do_read(batch *b, slot *s) {
 
 static void start(batch *b, slot *s) {
     redlock_conn *u = s->u;
+    if (!u->closed && u->cluster != NULL) {
+        /* a Cluster: the node that serves the key, from the slot map */
+        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen);
+        if (node == NULL) {
+            s->rc = u->cluster->loaded ? RC_SERVER : RC_CONNECTION;
+            s->flag = F_NONE;
+            s->state = S_DONE;
+            return;
+        }
+        s->owner = u;
+        s->u = u = node;
+    }
     if (u->closed) {
         s->rc = RC_CLOSED;
         s->state = S_DONE;

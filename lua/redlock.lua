@@ -81,6 +81,10 @@ function _M.new(opts)
     local transport = cosocket.in_nginx() and cosocket or server_mod
     local servers = {}
     for i, spec in ipairs(specs) do
+        if spec.cluster and o.mode == "legacy" then
+            error(format("bad option 'mode' to 'new' (server #%d is a Cluster, which always runs"
+                .. " the scripts: \"legacy\" does not apply)", i), 2)
+        end
         spec.connect_timeout = spec.connect_timeout or o.connect_timeout
         spec.timeout = spec.timeout or o.timeout
         servers[i] = transport.new(spec, o.mode, o)
@@ -88,10 +92,17 @@ function _M.new(opts)
     end
     o.servers = nil
     if #servers >= 2 then quorum.check_servers(servers) end
+    -- a Cluster keeps fence counters per slot (its scripts touch one slot);
+    -- a Redlock with a Cluster member does on every member, as the fan-out
+    -- sends every server the same keys
+    local slot_fences = false
+    for _, server in ipairs(servers) do slot_fences = slot_fences or server.slot_fences end
+    for _, server in ipairs(servers) do server.slot_fences = slot_fences end
     return setmetatable({
         opts = o,
         servers = servers,
         drift_factor = o.drift_factor,
+        slot_fences = slot_fences,
         strategy = #servers >= 2 and quorum or single,
         -- the server of a single-instance client (see first_attempt)
         one = #servers == 1 and servers[1] or nil,
@@ -118,7 +129,7 @@ local function first_attempt(client, key, token, ttl, unfenced)
     if not server or server.ops ~= scripted or unfenced then
         return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced)
     end
-    local conn, fkey, ttl_s = server.conn, fence_counter(key), ms_string(ttl)
+    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
     local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)

@@ -289,6 +289,52 @@ function _M.start_sentinel(masters, opts)
     return self:start()
 end
 
+--- Starts a Redis Cluster of `masters` masters with `replicas` replicas
+-- each (redis-cli --cluster create) on free ports, and waits until every
+-- node says cluster_state:ok. Returns { nodes = {server, ...}, url =
+-- "redis+cluster://...", seeds = {"127.0.0.1:port", ...} }.
+function _M.start_cluster(masters, replicas, opts)
+    opts = opts or {}
+    local nodes, addrs = {}, {}
+    for i = 1, masters * (1 + replicas) do
+        local config = { "cluster-enabled yes", "cluster-config-file nodes.conf",
+            "cluster-node-timeout " .. (opts.node_timeout or 2000), "cluster-require-full-coverage no" }
+        for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
+        nodes[i] = _M.start_server({ config = config })
+        addrs[i] = "127.0.0.1:" .. nodes[i].port
+    end
+    local out = read_cmd(NO_PRELOAD .. "redis-cli --cluster create " .. table.concat(addrs, " ")
+        .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
+    assert(out:find("All 16384 slots covered", 1, true), "redis-cli --cluster create failed:\n" .. out)
+    assert(_M.eventually(20000, function()
+        for _, node in ipairs(nodes) do
+            if not node:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true) then return false end
+        end
+        return true
+    end), "the cluster did not reach cluster_state:ok")
+    return { nodes = nodes, seeds = addrs, url = "redis+cluster://" .. table.concat(addrs, ",", 1, 2) }
+end
+
+--- The node of a cluster (from start_cluster) that serves key now.
+function _M.cluster_owner(cluster, key)
+    local slot = tonumber(cluster.nodes[1]:cli("CLUSTER", "KEYSLOT", key))
+    for _, node in ipairs(cluster.nodes) do
+        local mine = false
+        for line in node:cli("CLUSTER", "NODES"):gmatch("[^\n]+") do
+            if line:find("myself", 1, true) and line:find("master", 1, true) then
+                for lo, hi in line:gmatch(" (%d+)%-(%d+)") do
+                    if slot >= tonumber(lo) and slot <= tonumber(hi) then mine = true end
+                end
+                for one in line:gmatch(" (%d+)$") do
+                    if tonumber(one) == slot then mine = true end
+                end
+            end
+        end
+        if mine then return node, slot end
+    end
+    return nil, slot
+end
+
 --- The address a sentinel gives for a master: "host:port" or nil.
 function Server:master_addr(name)
     local out = self:cli("SENTINEL", "get-master-addr-by-name", name)

@@ -172,7 +172,7 @@ end
 -- three atomically; legacy mode (or a server without scripting) reads them
 -- with three plain commands.
 local function read_status(server, key, mode)
-    local fkey = scripted.fence_key(key)
+    local fkey = scripted.fence_key(key, server.slot_fences)
     if mode ~= "legacy" then
         local r, err, word = server:eval("status", 2, key, fkey)
         if r ~= nil then return r[1], r[2], r[3] end

@@ -205,7 +205,7 @@ local function fence_seeded(server, key, f, t)
     if not (sec and usec) then return true, f end
     local base = (sec * 1000 + floor(usec / 1000) - FENCE_EPOCH_MS) * 100
     if f >= base then return true, f end
-    local r, err, code = cmd(server, "INCRBY", fence_key(key), format("%.0f", base - f))
+    local r, err, code = cmd(server, "INCRBY", fence_key(key, server.slot_fences), format("%.0f", base - f))
     if r == nil then return nil, err, code end
     return true, tonumber(r)
 end
@@ -221,7 +221,7 @@ local function finish(server, caps, key, ttl, unfenced)
     end
     if r == nil then return nil, err, code end
     if unfenced then return true, 0 end
-    r, err, code = cmd(server, "INCR", fence_key(key))
+    r, err, code = cmd(server, "INCR", fence_key(key, server.slot_fences))
     if r == nil then return nil, err, code end
     local t
     if caps.time then
@@ -406,7 +406,7 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
         end
         local steps = { first, expire_cmd(caps, key, ttl) }
         if not unfenced then
-            steps[3] = { "INCR", fence_key(key) }
+            steps[3] = { "INCR", fence_key(key, server.slot_fences) }
             if caps.time then steps[4] = { "TIME" } end
         end
         local r, failed

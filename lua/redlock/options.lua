@@ -142,6 +142,8 @@ local SERVER_FIELDS = {
     -- nodes', sentinel_* the sentinels' own
     sentinels = "table", master_name = "string", sentinel_username = "string",
     sentinel_password = "string", sentinel_tls = "table", sentinel_check = "number",
+    -- Redis Cluster (the name is the contract): seed nodes, "host[:port]"
+    cluster = "table",
 }
 
 local SENTINEL_PORT = 26379
@@ -258,6 +260,27 @@ function _M.parse_sentinel_url(url)
     return server
 end
 
+--- Parses "redis+cluster://[user[:password]@]host[:port][,host[:port]...]"
+-- (rediss+cluster://: TLS) into a server table whose cluster is a list of
+-- seed {host=, port=} tables. A Cluster has database 0 only: no /db.
+function _M.parse_cluster_url(url)
+    local s, rest = match(url, "^redis(s?)%+cluster://(.*)$")
+    local server = { cluster = {} }
+    if s == "s" then server.tls = { verify = true } end
+    rest = userinfo(server, rest)
+    rest = match(rest, "^(.-)/?$")
+    if find(rest, "/", 1, true) then
+        bad_url(url, "a Cluster has no database number: host[:port],... expected")
+    end
+    for part in string.gmatch(rest, "[^,]+") do
+        local host, port = host_port(part, 6379)
+        if not host then bad_url(url, "bad node address") end
+        server.cluster[#server.cluster + 1] = { host = host, port = port }
+    end
+    if #server.cluster == 0 then bad_url(url, "no node") end
+    return server
+end
+
 --- Parses "redis://[user[:password]@]host[:port][/db]" (or rediss://, TLS)
 -- or "unix:///path[?db=N]" into a server table.
 function _M.parse_url(url)
@@ -273,9 +296,10 @@ function _M.parse_url(url)
         return server
     end
     if find(url, "^rediss?%+sentinel://") then return _M.parse_sentinel_url(url) end
+    if find(url, "^rediss?%+cluster://") then return _M.parse_cluster_url(url) end
     local s, rest = match(url, "^redis(s?)://(.*)$")
     if not rest then
-        bad_url(url, "expected redis://, rediss://, redis+sentinel:// or unix://")
+        bad_url(url, "expected redis://, rediss://, redis+sentinel://, redis+cluster:// or unix://")
     end
     local server = {}
     -- rediss:// alone: the system's CA store, verify on (a client's tls
@@ -298,6 +322,24 @@ function _M.parse_url(url)
     return server
 end
 
+-- "host[:port]" strings or {host=, port=} tables (a parsed URL's) into
+-- {host=, port=} tables; nil, the position of a bad one.
+local function addresses(list, default)
+    local out = {}
+    for j, addr in ipairs(list) do
+        local host, port
+        if type(addr) == "string" then
+            host, port = host_port(addr, default)
+        elseif type(addr) == "table" and type(addr.host) == "string" then
+            host, port = addr.host, addr.port or default
+            if type(port) ~= "number" or port < 1 or port > 65535 or port ~= floor(port) then host = nil end
+        end
+        if not host then return nil, j end
+        out[j] = { host = host, port = port }
+    end
+    return out
+end
+
 -- { sentinels = {"host:port", ...}, master_name =, ... } (the fields are
 -- checked for their types already).
 local function check_sentinel_table(t, i)
@@ -311,24 +353,36 @@ local function check_sentinel_table(t, i)
     for k, v in pairs(t) do
         if k ~= "sentinels" then copy[k] = v end
     end
-    for j, addr in ipairs(t.sentinels) do
-        local host, port
-        if type(addr) == "string" then
-            host, port = host_port(addr, SENTINEL_PORT)
-        elseif type(addr) == "table" and type(addr.host) == "string" then
-            -- a parsed URL's (the CLI passes tables)
-            host, port = addr.host, addr.port or SENTINEL_PORT
-            if type(port) ~= "number" or port < 1 or port > 65535 or port ~= floor(port) then host = nil end
-        end
-        if not host then bad_field(format("sentinel #%d: \"host[:port]\" expected", j)) end
-        copy.sentinels[j] = { host = host, port = port }
-    end
+    local nodes, bad_at = addresses(t.sentinels, SENTINEL_PORT)
+    if not nodes then bad_field(format("sentinel #%d: \"host[:port]\" expected", bad_at)) end
+    copy.sentinels = nodes
     local what = format("option 'servers' to 'new' (server #%d)", i)
     if copy.tls then copy.tls = _M.check_tls(copy.tls, what, 6) end
     if copy.sentinel_tls then copy.sentinel_tls = _M.check_tls(copy.sentinel_tls, what, 6) end
     local check = copy.sentinel_check
     if check and (check < 1 or check ~= floor(check) or check > 86400000) then
         bad_field("sentinel_check: positive integer (ms) expected")
+    end
+    return copy
+end
+
+-- { cluster = {"host:port", ...}, ... }: seed nodes of a Redis Cluster.
+local function check_cluster_table(t, i)
+    local function bad_field(why)
+        error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 5)
+    end
+    if t.host or t.path or t.port or t.sentinels then
+        bad_field("cluster replaces host, port, path and sentinels")
+    end
+    if t.db and t.db ~= 0 then bad_field("a Cluster has database 0 only") end
+    if #t.cluster == 0 or #t.cluster > 64 then bad_field("1 to 64 cluster nodes expected") end
+    local copy = {}
+    for k, v in pairs(t) do copy[k] = v end
+    local seeds, bad_at = addresses(t.cluster, 6379)
+    if not seeds then bad_field(format("cluster node #%d: \"host[:port]\" expected", bad_at)) end
+    copy.cluster, copy.db = seeds, nil
+    if copy.tls then
+        copy.tls = _M.check_tls(copy.tls, format("option 'servers' to 'new' (server #%d)", i), 6)
     end
     return copy
 end
@@ -361,6 +415,7 @@ local function check_server_table(t, i)
         end
     end
     if t.sentinels then return check_sentinel_table(t, i) end
+    if t.cluster then return check_cluster_table(t, i) end
     if not t.host and not t.path then
         error(format("bad option 'servers' to 'new' (server #%d needs host or path)", i), 4)
     end

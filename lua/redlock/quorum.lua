@@ -224,8 +224,8 @@ local function sync_fence(client, key, live, st, fence, timeout)
         if st[j] then granted[#granted + 1] = i end
     end
     local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
-        function(server) return legacy.raise_fence(server, fence_key(key), fence) end,
-        1, fence_key(key), format("%d", fence))
+        function(server) return legacy.raise_fence(server, fence_key(key, client.slot_fences), fence) end,
+        1, fence_key(key, client.slot_fences), format("%d", fence))
     mark_down(client, granted, fst, fcodes, now())
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
@@ -272,7 +272,7 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced)
             1, key, token, ttl_s)
     else
         st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply, fallback,
-            2, key, fence_key(key), token, ttl_s)
+            2, key, fence_key(key, client.slot_fences), token, ttl_s)
     end
     local t1 = now()
     mark_down(client, live, st, codes, t1)

@@ -48,7 +48,7 @@ function _M.acquire(server, key, token, ttl, waiting, again, unfenced)
         if unfenced then
             taken, v, marked = eval_values(conn, "acquire", 1, key, token, ttl_s)
         else
-            local fkey = fence_key(key)
+            local fkey = fence_key(key, server.slot_fences)
             taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
             if taken == nil and stale then
                 taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
@@ -56,16 +56,16 @@ function _M.acquire(server, key, token, ttl, waiting, again, unfenced)
         end
     else
         -- a waiter: the "next" mark and the waiters set, then the counter
-        local nkey, wkey = next_key(key), waiters_key(key)
+        local nkey, wkey, fkey = next_key(key), waiters_key(key), fence_key(key, server.slot_fences)
         if unfenced and again then
             taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting, again)
         elseif unfenced then
             taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting)
         elseif again then
-            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fence_key(key),
+            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fkey,
                 token, ttl_s, waiting, again)
         else
-            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fence_key(key),
+            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fkey,
                 token, ttl_s, waiting)
         end
     end

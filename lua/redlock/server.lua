@@ -25,8 +25,11 @@ function _M.new(spec, mode)
         name = conn:name(),
         mode = mode,
         -- The operations this server runs: auto detects on the first use
-        -- and switches once, to scripted or legacy (see redlock.detect).
-        ops = OPS[mode or "auto"],
+        -- and switches once, to scripted or legacy (see redlock.detect). A
+        -- Cluster always has scripting (Redis 3.0 and later).
+        ops = spec.cluster and scripted or OPS[mode or "auto"],
+        -- fence counters per slot, not per server (redlock.util.fence_counter)
+        slot_fences = spec.cluster ~= nil,
     }, Server)
 end
 

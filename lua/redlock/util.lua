@@ -62,12 +62,22 @@ function _M.companion_key(key, suffix)
 end
 
 --- The fence counter that a lock on `key` takes its fence from: one per
--- server, for every key (the acquire script, csrc/scripts.h). (On a Cluster,
--- where a script's keys must share a slot, it will be one per slot:
--- "{" .. slot_tag(keyslot(key)) .. "}" .. FENCE_COUNTER.)
+-- server, for every key (the acquire script, csrc/scripts.h); with
+-- per_slot (a Cluster, where a script's keys must share a slot), one per
+-- hash slot: "{tag}redlock:fence", the tag chosen to land in key's slot
+-- (csrc/slot.c), so that a key's fences come from one counter wherever
+-- its slot moves.
 _M.FENCE_COUNTER = "redlock:fence"
-function _M.fence_counter(key) -- luacheck: ignore 212
-    return _M.FENCE_COUNTER
+local slot_counters = {}
+function _M.fence_counter(key, per_slot)
+    if not per_slot then return _M.FENCE_COUNTER end
+    local slot = keyslot(key)
+    local k = slot_counters[slot]
+    if not k then
+        k = "{" .. slot_tag(slot) .. "}" .. _M.FENCE_COUNTER
+        slot_counters[slot] = k
+    end
+    return k
 end
 
 -- The last two asked for: a client mostly uses one ttl and one wait.

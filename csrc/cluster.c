@@ -1,0 +1,358 @@
+/* Redis Cluster under a conn: the slot map from CLUSTER SLOTS, the slot of
+ * each command's key computed here (CRC16, hash tags: csrc/slot.c), the
+ * command sent to the slot's master, and the redirections followed. The
+ * lock scripts touch one slot only (the lock key, its companions and the
+ * per-slot fence counter all hash alike: lua/redlock/util.lua), so a
+ * script never meets CROSSSLOT. Runs on the thread that owns the conn. */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "conn.h"
+#include "slot.h"
+
+#define ERRLEN REDLOCK_CONN_ERRLEN
+#define MAX_TRIES 8 /* redirections and transient refusals per command */
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void pause_ms(double ms) {
+    struct timespec req, rem;
+    if (ms <= 0)
+        return;
+    req.tv_sec = (time_t)(ms / 1000);
+    req.tv_nsec = (long)((ms - (double)req.tv_sec * 1000) * 1e6);
+    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
+        req = rem;
+}
+
+int redlock_cluster_add(redlock_cluster *c, redlock_conn *node) {
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 8;
+        redlock_conn **nodes = realloc(c->nodes, (size_t)cap * sizeof(redlock_conn *));
+        if (nodes == NULL)
+            return -1;
+        c->nodes = nodes;
+        c->cap = cap;
+    }
+    c->nodes[c->n++] = node;
+    return 0;
+}
+
+/* The index of the node at host:port, added (with the first node's
+ * credentials, TLS and timeouts) when new; -1 when out of memory. */
+static int node_at(redlock_cluster *c, const char *host, size_t hostlen, int port) {
+    redlock_conn *node;
+    int i;
+    for (i = 0; i < c->n; i++) {
+        redlock_conn *k = c->nodes[i];
+        if (k->port == port && k->host != NULL && strlen(k->host) == hostlen &&
+            memcmp(k->host, host, hostlen) == 0)
+            return i;
+    }
+    node = redlock_conn_clone(c->nodes[0]);
+    if (node == NULL)
+        return -1;
+    free(node->host);
+    node->host = strndup(host, hostlen);
+    node->port = port;
+    if (node->host == NULL || redlock_cluster_add(c, node) != 0) {
+        redlock_conn_free(node);
+        return -1;
+    }
+    snprintf(node->name, sizeof node->name, memchr(host, ':', hostlen) ? "[%s]:%d" : "%s:%d",
+             node->host, port);
+    return c->n - 1;
+}
+
+/* Reads CLUSTER SLOTS' answer from the node at index from. 0, or -1. */
+static int read_map(redlock_cluster *c, int from, const redisReply *r) {
+    size_t i;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    memset(c->owner, 0, sizeof c->owner);
+    for (i = 0; i < r->elements; i++) {
+        const redisReply *range = r->element[i], *master;
+        const char *host;
+        size_t hostlen;
+        long long lo, hi, s;
+        int idx;
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER ||
+            range->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        master = range->element[2];
+        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
+            master->element[0]->type != REDIS_REPLY_STRING ||
+            master->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        lo = range->element[0]->integer;
+        hi = range->element[1]->integer;
+        if (lo < 0 || hi >= REDLOCK_SLOTS || lo > hi)
+            return -1;
+        host = master->element[0]->str;
+        hostlen = master->element[0]->len;
+        /* "" or "?": the node we asked, at the address we asked it on */
+        if (hostlen == 0 || (hostlen == 1 && host[0] == '?')) {
+            host = c->nodes[from]->host;
+            hostlen = strlen(host);
+        }
+        idx = node_at(c, host, hostlen, (int)master->element[1]->integer);
+        if (idx < 0)
+            return -1;
+        for (s = lo; s <= hi; s++)
+            c->owner[s] = (unsigned short)(idx + 1);
+    }
+    return 0;
+}
+
+static int load_map(redlock_conn *u) {
+    redlock_cluster *c = u->cluster;
+    const char *argv[2] = {"CLUSTER", "SLOTS"};
+    char why[ERRLEN];
+    int i, n = c->n;
+    size_t used = 0;
+    why[0] = '\0';
+    for (i = 0; i < n; i++) {
+        redisReply *r = NULL;
+        redlock_conn *node = c->nodes[i];
+        int stale = 0, rc = redlock_conn_round_trip(node, 2, argv, NULL, &r, &stale);
+        if (rc != 0 && stale)
+            rc = redlock_conn_round_trip(node, 2, argv, NULL, &r, &stale);
+        if (rc != 0) {
+            used += (size_t)snprintf(why + used, sizeof why - used, "%s%.150s", used ? "; " : "",
+                                     node->err);
+            if (used >= sizeof why)
+                used = sizeof why - 1;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(u->err, ERRLEN, "server: %s: not a cluster node (CLUSTER SLOTS: %.120s)",
+                     node->name, r->str);
+            freeReplyObject(r);
+            return 2;
+        }
+        rc = read_map(c, i, r);
+        freeReplyObject(r);
+        if (rc != 0) {
+            snprintf(u->err, ERRLEN, "server: %s: unexpected answer to CLUSTER SLOTS", node->name);
+            return 2;
+        }
+        c->loaded = 1;
+        return 0;
+    }
+    snprintf(u->err, ERRLEN, "connection: %s: no cluster node reachable (%.300s)", u->name, why);
+    return 1;
+}
+
+int redlock_cluster_ensure(redlock_conn *u) {
+    return u->cluster->loaded ? 0 : load_map(u);
+}
+
+static int is_word(const char *s, size_t len, const char *w) {
+    size_t n = strlen(w);
+    return len == n && strncasecmp(s, w, n) == 0;
+}
+
+/* The slot a command's key hashes to, or -1 when it has no key. */
+static int command_slot(int argc, const char **argv, const size_t *argvlen) {
+    size_t len0 = argvlen ? argvlen[0] : strlen(argv[0]);
+    static const char *const keyless[] = {"PING", "INFO", "TIME", "SCRIPT", "ROLE", "CLUSTER",
+                                          "ASKING", "AUTH", "SELECT", "MULTI", "EXEC",
+                                          "DISCARD", "UNWATCH", "PUBLISH", "SUBSCRIBE", "WAIT",
+                                          "WAITAOF", "HELLO", "CLIENT", "COMMAND", NULL};
+    int i, k = 1;
+    if (is_word(argv[0], len0, "EVALSHA") || is_word(argv[0], len0, "EVAL")) {
+        if (argc < 4 || atoi(argv[2]) < 1)
+            return -1;
+        k = 3;
+    } else {
+        for (i = 0; keyless[i] != NULL; i++)
+            if (is_word(argv[0], len0, keyless[i]))
+                return -1;
+    }
+    if (argc <= k)
+        return -1;
+    return (int)redlock_keyslot(argv[k], argvlen ? argvlen[k] : strlen(argv[k]));
+}
+
+/* The node for slot (any node for -1), or NULL with u->err set. */
+static redlock_conn *node_for(redlock_conn *u, int slot) {
+    redlock_cluster *c = u->cluster;
+    int i;
+    if (slot < 0) {
+        for (i = 0; i < c->n; i++)
+            if (c->nodes[i]->ctx != NULL)
+                return c->nodes[i];
+        return c->nodes[0];
+    }
+    if (!c->loaded && load_map(u) != 0)
+        return NULL;
+    if (c->owner[slot] == 0) {
+        snprintf(u->err, ERRLEN, "server: %s: no node serves slot %d (CLUSTERDOWN?)", u->name, slot);
+        return NULL;
+    }
+    return c->nodes[c->owner[slot] - 1];
+}
+
+redlock_conn *redlock_cluster_route(redlock_conn *u, int argc, const char **argv,
+                                    const size_t *argvlen) {
+    return node_for(u, command_slot(argc, argv, argvlen));
+}
+
+static int starts(const char *s, size_t len, const char *w) {
+    size_t n = strlen(w);
+    return len >= n && memcmp(s, w, n) == 0;
+}
+
+/* "MOVED 3999 host:port" / "ASK ..." into the slot and the node's index;
+ * -1 when it does not parse (or no memory). */
+static int redirect_target(redlock_cluster *c, const char *err, size_t len, int *slot) {
+    char buf[300];
+    char *sp1, *sp2, *colon, *end;
+    long s, port;
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, err, len);
+    buf[len] = '\0';
+    sp1 = strchr(buf, ' ');
+    if (sp1 == NULL)
+        return -1;
+    s = strtol(sp1 + 1, &sp2, 10);
+    if (*sp2 != ' ' || s < 0 || s >= REDLOCK_SLOTS)
+        return -1;
+    colon = strrchr(sp2 + 1, ':');
+    if (colon == NULL)
+        return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (port < 1 || port > 65535)
+        return -1;
+    *slot = (int)s;
+    return node_at(c, sp2 + 1, (size_t)(colon - (sp2 + 1)), (int)port);
+}
+
+int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
+    if (u->cluster == NULL)
+        return 0;
+    if (starts(err, len, "MOVED ") || starts(err, len, "ASK ") || starts(err, len, "TRYAGAIN") ||
+        starts(err, len, "CLUSTERDOWN")) {
+        u->cluster->loaded = 0;
+        snprintf(u->err, ERRLEN, "connection: %s: %.*s", u->name, (int)(len > 120 ? 120 : len), err);
+        return 1;
+    }
+    return 0;
+}
+
+int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
+                               const size_t *argvlen, redisReply **out, int *stale) {
+    redlock_cluster *c = u->cluster;
+    int slot = command_slot(argc, argv, argvlen), tries, asking = -1, reloaded = 0;
+    double deadline = mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
+    *out = NULL;
+    *stale = 0;
+    for (tries = 0; tries < MAX_TRIES; tries++) {
+        redlock_conn *node = asking >= 0 ? c->nodes[asking] : node_for(u, slot);
+        redisReply *r = NULL;
+        int rc, st = 0;
+        if (node == NULL)
+            return c->loaded ? 2 : 1;
+        if (asking >= 0) {
+            const char *ask[1] = {"ASKING"};
+            rc = redlock_conn_round_trip(node, 1, ask, NULL, &r, &st);
+            if (rc == 0)
+                freeReplyObject(r);
+            r = NULL;
+        }
+        asking = -1;
+        rc = redlock_conn_round_trip(node, argc, argv, argvlen, &r, &st);
+        if (rc != 0) {
+            snprintf(u->err, ERRLEN, "%s", node->err);
+            if (st)
+                continue; /* a dropped idle connection: nothing was sent */
+            if (rc == 1 && !reloaded && slot >= 0) {
+                /* the node may be gone (failover): ask another for the map */
+                c->loaded = 0;
+                reloaded = 1;
+                if (load_map(u) == 0 && c->nodes[c->owner[slot] - 1] != node)
+                    continue;
+                snprintf(u->err, ERRLEN, "%s", node->err);
+            }
+            return rc;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            int s = -1, idx;
+            if (starts(r->str, r->len, "MOVED ")) {
+                snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
+                         (int)(r->len > 120 ? 120 : r->len), r->str);
+                idx = redirect_target(c, r->str, r->len, &s);
+                freeReplyObject(r);
+                /* a resharding moves many slots: reload the whole map, but
+                 * believe MOVED for this slot (the node asked may lag) */
+                c->loaded = 0;
+                load_map(u);
+                if (idx >= 0)
+                    c->owner[s] = (unsigned short)(idx + 1);
+                continue;
+            }
+            if (starts(r->str, r->len, "ASK ")) {
+                asking = redirect_target(c, r->str, r->len, &s);
+                freeReplyObject(r);
+                if (asking < 0) {
+                    snprintf(u->err, ERRLEN, "server: %s: unreadable ASK redirection", u->name);
+                    return 2;
+                }
+                continue;
+            }
+            if (starts(r->str, r->len, "TRYAGAIN") || starts(r->str, r->len, "CLUSTERDOWN")) {
+                snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
+                         (int)(r->len > 120 ? 120 : r->len), r->str);
+                freeReplyObject(r);
+                if (mono_ms() + pause > deadline)
+                    return 2;
+                pause_ms(pause);
+                pause *= 2;
+                c->loaded = 0;
+                continue;
+            }
+        }
+        *out = r;
+        return 0;
+    }
+    return 2; /* u->err: the last refusal */
+}
+
+redlock_cluster *redlock_cluster_copy(const redlock_cluster *src) {
+    redlock_cluster *c = calloc(1, sizeof *c);
+    int i;
+    if (c == NULL)
+        return NULL;
+    for (i = 0; i < src->n; i++) {
+        redlock_conn *node = redlock_conn_clone(src->nodes[i]);
+        if (node == NULL || redlock_cluster_add(c, node) != 0) {
+            redlock_conn_free(node);
+            redlock_cluster_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void redlock_cluster_free(redlock_cluster *c) {
+    int i;
+    if (c == NULL)
+        return;
+    for (i = 0; i < c->n; i++)
+        redlock_conn_free(c->nodes[i]);
+    free(c->nodes);
+    free(c);
+}

@@ -1,0 +1,55 @@
+#ifndef REDLOCK_CLUSTER_H
+#define REDLOCK_CLUSTER_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+struct redlock_conn;
+
+#define REDLOCK_SLOTS 16384
+
+/* A conn that speaks to a Redis Cluster: a plain conn per node (the seeds
+ * first, then the nodes the slot map names, each connected lazily), and
+ * which node serves each slot. Owned by its conn. */
+typedef struct redlock_cluster {
+    int n, cap;
+    struct redlock_conn **nodes;
+    int loaded;                           /* the map is believed current */
+    unsigned short owner[REDLOCK_SLOTS];  /* node index + 1 of a slot's master; 0: unknown */
+} redlock_cluster;
+
+/* One command on the node that serves its key (EVAL/EVALSHA: the first
+ * key; commands without a key: any node; else the first argument), as
+ * conn.c's round trip: MOVED updates the map (then reloaded from CLUSTER
+ * SLOTS) and sends again; ASK sends ASKING and the command to the node it
+ * names, once; TRYAGAIN and CLUSTERDOWN are retried with a growing pause
+ * within the conn's timeout; a node that cannot be reached has the map
+ * reloaded from another before one more try. Every retry is of a command
+ * that was refused, or that the lock scripts make safe to repeat (a retry
+ * with our own token counts as ours). Codes as conn.c's (0, 1 connection,
+ * 2 server) with u->err set. */
+int redlock_cluster_round_trip(struct redlock_conn *u, int argc, const char **argv,
+                               const size_t *argvlen, redisReply **out, int *stale);
+
+/* The node conn a command goes to (the map loaded first if need be), for
+ * the fan-out, which drives node conns itself; NULL with u->err set. */
+struct redlock_conn *redlock_cluster_route(struct redlock_conn *u, int argc, const char **argv,
+                                           const size_t *argvlen);
+
+/* After an error reply from a node of u: 1 when it was a redirection or a
+ * transient refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN); the map is then
+ * reloaded before the next command, and the command was not carried out. */
+int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t len);
+
+/* Loads the slot map unless it is current: 0, or a conn.c code with u->err. */
+int redlock_cluster_ensure(struct redlock_conn *u);
+
+/* The seed nodes' settings (not the map, nor sockets); NULL: no memory. */
+redlock_cluster *redlock_cluster_copy(const redlock_cluster *src);
+void redlock_cluster_free(redlock_cluster *c);
+
+/* Adds a node (a plain conn, owned from now on); -1: no memory. */
+int redlock_cluster_add(redlock_cluster *c, struct redlock_conn *node);
+
+#endif
