@@ -173,7 +173,7 @@ static int command_slot(int argc, const char **argv, const size_t *argvlen) {
                                           "WAITAOF", "HELLO", "CLIENT", "COMMAND", NULL};
     int i, k = 1;
     if (is_word(argv[0], len0, "EVALSHA") || is_word(argv[0], len0, "EVAL")) {
-        if (argc < 4 || atoi(argv[2]) < 1)
+        if (argc < 4 || strtol(argv[2], NULL, 10) < 1)
             return -1;
         k = 3;
     } else {
