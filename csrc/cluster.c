@@ -18,7 +18,10 @@
 #include "slot.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
-#define MAX_TRIES 8 /* redirections and transient refusals per command */
+/* Redirections followed at once; past these a command waits a little
+ * before each further one (nodes that disagree while a slot changes hands
+ * send it back and forth), until the conn's timeout. */
+#define QUICK_TRIES 3
 
 static double mono_ms(void) {
     struct timespec ts;
@@ -186,8 +189,9 @@ static int command_slot(int argc, const char **argv, const size_t *argvlen) {
     return (int)redlock_keyslot(argv[k], argvlen ? argvlen[k] : strlen(argv[k]));
 }
 
-/* The node for slot (any node for -1), or NULL with u->err set. */
-static redlock_conn *node_for(redlock_conn *u, int slot) {
+/* The node for slot (any node for -1), or NULL with u->err set and *rc
+ * the conn.c code. */
+static redlock_conn *node_for(redlock_conn *u, int slot, int *rc) {
     redlock_cluster *c = u->cluster;
     int i;
     if (slot < 0) {
@@ -196,18 +200,19 @@ static redlock_conn *node_for(redlock_conn *u, int slot) {
                 return c->nodes[i];
         return c->nodes[0];
     }
-    if (!c->loaded && load_map(u) != 0)
+    if (!c->loaded && (*rc = load_map(u)) != 0)
         return NULL;
     if (c->owner[slot] == 0) {
         snprintf(u->err, ERRLEN, "server: %s: no node serves slot %d (CLUSTERDOWN?)", u->name, slot);
+        *rc = 2;
         return NULL;
     }
     return c->nodes[c->owner[slot] - 1];
 }
 
 redlock_conn *redlock_cluster_route(redlock_conn *u, int argc, const char **argv,
-                                    const size_t *argvlen) {
-    return node_for(u, command_slot(argc, argv, argvlen));
+                                    const size_t *argvlen, int *rc) {
+    return node_for(u, command_slot(argc, argv, argvlen), rc);
 }
 
 static int starts(const char *s, size_t len, const char *w) {
@@ -256,16 +261,16 @@ int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
 int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                                const size_t *argvlen, redisReply **out, int *stale) {
     redlock_cluster *c = u->cluster;
-    int slot = command_slot(argc, argv, argvlen), tries, asking = -1, reloaded = 0;
+    int slot = command_slot(argc, argv, argvlen), tries = 0, asking = -1, reloaded = 0;
     double deadline = mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
     *out = NULL;
     *stale = 0;
-    for (tries = 0; tries < MAX_TRIES; tries++) {
-        redlock_conn *node = asking >= 0 ? c->nodes[asking] : node_for(u, slot);
+    for (;;) {
+        int rc = 0, st = 0;
+        redlock_conn *node = asking >= 0 ? c->nodes[asking] : node_for(u, slot, &rc);
         redisReply *r = NULL;
-        int rc, st = 0;
         if (node == NULL)
-            return c->loaded ? 2 : 1;
+            return rc;
         if (asking >= 0) {
             const char *ask[1] = {"ASKING"};
             rc = redlock_conn_round_trip(node, 1, ask, NULL, &r, &st);
@@ -296,6 +301,13 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                          (int)(r->len > 120 ? 120 : r->len), r->str);
                 idx = redirect_target(c, r->str, r->len, &s);
                 freeReplyObject(r);
+                if (++tries > QUICK_TRIES) {
+                    if (mono_ms() + pause > deadline)
+                        return 2;
+                    pause_ms(pause);
+                    if (pause < 40)
+                        pause *= 2;
+                }
                 /* a resharding moves many slots: reload the whole map, but
                  * believe MOVED for this slot (the node asked may lag) */
                 c->loaded = 0;
@@ -307,6 +319,13 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
             if (starts(r->str, r->len, "ASK ")) {
                 asking = redirect_target(c, r->str, r->len, &s);
                 freeReplyObject(r);
+                if (++tries > QUICK_TRIES) {
+                    if (mono_ms() + pause > deadline)
+                        return 2;
+                    pause_ms(pause);
+                    if (pause < 40)
+                        pause *= 2;
+                }
                 if (asking < 0) {
                     snprintf(u->err, ERRLEN, "server: %s: unreadable ASK redirection", u->name);
                     return 2;
@@ -314,21 +333,25 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                 continue;
             }
             if (starts(r->str, r->len, "TRYAGAIN") || starts(r->str, r->len, "CLUSTERDOWN")) {
+                /* a slot half migrated, a failover under way: passes on its
+                 * own, so it is retried until the timeout, not a count */
+                int down = starts(r->str, r->len, "CLUSTERDOWN");
                 snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
                          (int)(r->len > 120 ? 120 : r->len), r->str);
                 freeReplyObject(r);
                 if (mono_ms() + pause > deadline)
                     return 2;
                 pause_ms(pause);
-                pause *= 2;
-                c->loaded = 0;
+                if (pause < 40)
+                    pause *= 2;
+                if (down)
+                    c->loaded = 0; /* the map may change with the failover */
                 continue;
             }
         }
         *out = r;
         return 0;
     }
-    return 2; /* u->err: the last refusal */
 }
 
 redlock_cluster *redlock_cluster_copy(const redlock_cluster *src) {

@@ -33,9 +33,10 @@ int redlock_cluster_round_trip(struct redlock_conn *u, int argc, const char **ar
                                const size_t *argvlen, redisReply **out, int *stale);
 
 /* The node conn a command goes to (the map loaded first if need be), for
- * the fan-out, which drives node conns itself; NULL with u->err set. */
+ * the fan-out, which drives node conns itself; NULL with u->err set and
+ * *rc the conn.c code. */
 struct redlock_conn *redlock_cluster_route(struct redlock_conn *u, int argc, const char **argv,
-                                           const size_t *argvlen);
+                                           const size_t *argvlen, int *rc);
 
 /* After an error reply from a node of u: 1 when it was a redirection or a
  * transient refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN); the map is then

@@ -330,9 +330,10 @@ static void start(batch *b, slot *s) {
     redlock_conn *u = s->u;
     if (!u->closed && u->cluster != NULL) {
         /* a Cluster: the node that serves the key, from the slot map */
-        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen);
+        int rc = 0;
+        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen, &rc);
         if (node == NULL) {
-            s->rc = u->cluster->loaded ? RC_SERVER : RC_CONNECTION;
+            s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
             s->flag = F_NONE;
             s->state = S_DONE;
             return;

@@ -25,7 +25,7 @@ local show_key, jitter = util.show_key, util.jitter
 local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
 local WAITERS = scripted.WAITERS
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
-local format, floor, ceil, max = string.format, math.floor, math.ceil, math.max
+local format, floor, ceil, max, find = string.format, math.floor, math.ceil, math.max, string.find
 local dispatch = hold.dispatch
 local FAIR_AFTER = require("redlock.notify").FAIR_AFTER
 
@@ -217,13 +217,16 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
                 end
             end
         end
-        local ok
-        ok, v, where = strategy.acquire(client, key, token, ttl, ms, again, unfenced)
-        if ok then return taken(client, key, token, v, o, renew, t0) end
-        if ok == nil then
+        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced)
+        if ok then return taken(client, key, token, v2, o, renew, t0) end
+        if ok == false then
+            v, where = v2, where2
+        elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
             if waiting then strategy.give_up(client, key, token) end
-            return failed(key, v, where)
+            return failed(key, v2, where2)
         end
+        -- (TRYAGAIN: a Cluster slot half migrated for longer than the
+        -- timeout; nothing ran, and the wait goes on as for a holder)
     end
 end
 

@@ -322,11 +322,13 @@ function _M.cluster_owner(cluster, key)
         local mine = false
         for line in node:cli("CLUSTER", "NODES"):gmatch("[^\n]+") do
             if line:find("myself", 1, true) and line:find("master", 1, true) then
-                for lo, hi in line:gmatch(" (%d+)%-(%d+)") do
-                    if slot >= tonumber(lo) and slot <= tonumber(hi) then mine = true end
-                end
-                for one in line:gmatch(" (%d+)$") do
-                    if tonumber(one) == slot then mine = true end
+                -- fields 9 and on: "lo-hi" ranges, single slots, [migrations]
+                local i = 0
+                for field in line:gmatch("%S+") do
+                    i = i + 1
+                    local lo, hi = field:match("^(%d+)%-(%d+)$")
+                    lo, hi = tonumber(lo or field:match("^(%d+)$")), tonumber(hi or field:match("^(%d+)$"))
+                    if i >= 9 and lo and slot >= lo and slot <= hi then mine = true end
                 end
             end
         end
