@@ -1,0 +1,73 @@
+--- Benchmark: the uncontended acquire+release cycle on a Redis Cluster (a
+-- key on one of its masters, through the client's slot map) against the
+-- same cycle on a plain redis-server, in interleaved rounds of one run; and
+-- what a MOVED costs: a cycle right after the key's slot moved to another
+-- master (the redirection, the reloaded map, a new connection) against a
+-- cycle on a current map.
+-- Starts its own 3-master Cluster and plain server (spec/helper.lua) and
+-- stops them at the end.
+--   make bench-cluster     (CYCLES=500 ROUNDS=9 MOVES=20)
+local helper = require "helper"
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local now, format = core.now, string.format
+local function env(name, default) return tonumber(os.getenv(name)) or default end
+local CYCLES, ROUNDS, MOVES = env("CYCLES", 500), env("ROUNDS", 9), env("MOVES", 20)
+
+local function cycle_us(client, key, n)
+    local t0 = now()
+    for _ = 1, n do
+        local lock = assert(client:acquire(key))
+        assert(lock:release())
+    end
+    return (now() - t0) * 1000 / n
+end
+
+local cluster = helper.start_cluster(3, 0)
+local plain = helper.start_server()
+local on_cluster = redlock.new { servers = { cluster.url } }
+local on_plain = redlock.new { servers = { plain:url() } }
+local key = "bench:cluster"
+cycle_us(on_cluster, key, 50)
+cycle_us(on_plain, key, 50)
+local rc, rp = {}, {}
+for _ = 1, ROUNDS do
+    rp[#rp + 1] = cycle_us(on_plain, key, CYCLES)
+    rc[#rc + 1] = cycle_us(on_cluster, key, CYCLES)
+end
+
+-- MOVED: the key's slot (no keys in it between cycles but the fence
+-- counter) handed to the next master, then one cycle; against one cycle
+-- on a current map, measured the same way
+local function owner_id(node) return node:cli("CLUSTER", "MYID") end
+local masters = {}
+for _, node in ipairs(cluster.nodes) do masters[#masters + 1] = node end
+local moved, steady = {}, {}
+for _ = 1, MOVES do
+    local from, slot = helper.cluster_owner(cluster, key)
+    local to = masters[1] == from and masters[2] or masters[1]
+    local to_id = owner_id(to)
+    to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", owner_id(from))
+    from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", to_id)
+    local keys = {}
+    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do keys[#keys + 1] = k end
+    if #keys > 0 then
+        from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
+    end
+    for _, node in ipairs(masters) do node:cli("CLUSTER", "SETSLOT", slot, "NODE", to_id) end
+    moved[#moved + 1] = cycle_us(on_cluster, key, 1)
+    steady[#steady + 1] = cycle_us(on_cluster, key, 1)
+end
+
+local mp, mc = helper.median(rp), helper.median(rc)
+print(format("Cluster vs plain server, uncontended acquire+release (median of %d rounds of %d cycles)",
+    ROUNDS, CYCLES))
+print(format("  plain server      %8.1f us/cycle", mp))
+print(format("  Cluster (3 masters) %6.1f us/cycle   ratio %.2fx", mc, mc / mp))
+local mm, ms = helper.median(moved), helper.median(steady)
+print(format("  after a MOVED     %8.1f us/cycle against %.1f on a current map (%.1fx; median of %d moves)",
+    mm, ms, mm / ms, MOVES))
+on_cluster:close()
+on_plain:close()
+helper.stop_all()
