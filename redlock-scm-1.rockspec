@@ -62,6 +62,7 @@ build = {
             "csrc/slot.c",
             "csrc/tls.c",
             "csrc/token.c",
+            "csrc/wait.c",
          },
          incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
          libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },

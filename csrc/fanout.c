@@ -21,7 +21,16 @@
  * connection made before this call turned out closed by the server (a retry
  * on a fresh connection is sensible, as conn:command's `stale`), else nil.
  * fanout_eval runs a named script of scripts.h by EVALSHA; a server that
- * answers NOSCRIPT gets one EVAL in the same call, within the same time. */
+ * answers NOSCRIPT gets one EVAL in the same call, within the same time.
+ *
+ * fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name, nkeys, ...)
+ *   -> values, errs, codes, flags, acks, fsyncs
+ * is fanout_eval with WAIT replicas wait_ms (aof: WAITAOF 1 replicas
+ * wait_ms) in the same write as the script (wait.h), each server's time
+ * limit longer by wait_ms. Where the script answered (values[i]), acks[i] is
+ * the number of replicas that acknowledged (fsyncs[i]: WAITAOF's local
+ * count), or a message (a string) when WAIT's answer is an error or did
+ * not come (the connection failed or timed out after the script's). */
 #define _GNU_SOURCE
 #include "fanout.h"
 
@@ -44,6 +53,7 @@
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"
+#include "wait.h"
 
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
@@ -63,8 +73,10 @@ typedef struct {
     int setup;     /* AUTH/SELECT replies still due before ours */
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
+    int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
     int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
+    redisReply *wreply; /* WAIT's, when the batch waits */
 } slot;
 
 typedef struct {
@@ -78,6 +90,10 @@ typedef struct {
     const char **argv;
     size_t *argvlen;
     int argc;
+    /* WAIT after the script (fanout_eval_wait): wlen > 0 */
+    char wbuf[REDLOCK_WAIT_BUF];
+    long wlen;
+    int wait_ms;
 } batch;
 
 /* The EVAL form of the batch's script (see batch); 0, or -1 when out of
@@ -223,6 +239,11 @@ static void take_replies(batch *b, slot *s) {
         if (p == NULL)
             return;
         r = (redisReply *)p;
+        if (s->skip) {
+            freeReplyObject(r);
+            s->skip = 0;
+            continue;
+        }
         if (s->setup > 0) {
             const char *what = s->auth_due ? "AUTH" : "SELECT";
             s->setup--;
@@ -241,8 +262,11 @@ static void take_replies(batch *b, slot *s) {
         if (b->script != NULL && !s->evaled && is_noscript(r)) {
             freeReplyObject(r);
             s->evaled = 1;
+            s->skip = b->wlen > 0;
             if ((b->alt == NULL && encode_eval(b) != 0) ||
-                redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK) {
+                redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK ||
+                (b->wlen > 0 &&
+                 redisAppendFormattedCommand(c, b->wbuf, (size_t)b->wlen) != REDIS_OK)) {
                 fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
                 return;
             }
@@ -250,7 +274,13 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
-        s->reply = r;
+        if (s->reply == NULL) {
+            s->reply = r;
+            if (b->wlen > 0)
+                continue; /* WAIT's comes next */
+        } else {
+            s->wreply = r;
+        }
         s->rc = RC_OK;
         s->state = S_DONE;
     }
@@ -333,7 +363,9 @@ static void start(batch *b, slot *s) {
         s->reused = 1;
         s->state = S_WRITING;
     }
-    if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK) {
+    if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK ||
+        (b->wlen > 0 &&
+         redisAppendFormattedCommand(u->ctx, b->wbuf, (size_t)b->wlen) != REDIS_OK)) {
         fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
         return;
     }
@@ -345,6 +377,7 @@ static void time_out(slot *s) {
     fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
          s->state == S_CONNECTING ? "connecting"
          : s->state == S_WRITING  ? "sending"
+         : s->reply != NULL       ? "waiting for WAIT's reply"
                                   : "waiting for a reply");
 }
 
@@ -356,7 +389,10 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
         start(b, s);
         /* A connection made now needs one more round trip (the handshake,
          * with AUTH and SELECT queued ahead of the command). */
-        s->limit_ms = s->reused ? b->timeout_ms : 2 * b->timeout_ms;
+        /* WAIT answers after wait_ms, plus up to a tick of the server's
+         * timer (hz 10: 100 ms) */
+        s->limit_ms = (s->reused ? b->timeout_ms : 2 * b->timeout_ms) +
+                      (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
     }
     for (;;) {
         int k = 0, r, j;
@@ -403,48 +439,91 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
     }
 }
 
-/* Runs protected: builds the four result tables from the slots. */
+/* acks[i] and fsyncs[i] (the tables at -2 and -1) of a waiting batch's
+ * slot whose script answered (see fanout_eval_wait). */
+static void push_ack(lua_State *L, const slot *s, int i) {
+    long long acked, fsynced;
+    const redisReply *w = s->wreply;
+    if (s->rc != RC_OK) {
+        lua_pushstring(L, s->u->err);
+    } else if (w->type == REDIS_REPLY_ERROR) {
+        lua_pushfstring(L, "server: %s: ", s->u->name);
+        lua_pushlstring(L, w->str, w->len > 200 ? 200 : w->len);
+        lua_concat(L, 2);
+    } else if (redlock_wait_parse(w, &acked, &fsynced) != 0) {
+        lua_pushfstring(L, "server: %s: unexpected reply to WAIT", s->u->name);
+    } else {
+        lua_pushinteger(L, (lua_Integer)acked);
+        lua_rawseti(L, -3, i + 1);
+        lua_pushinteger(L, (lua_Integer)fsynced);
+        lua_rawseti(L, -2, i + 1);
+        return;
+    }
+    lua_rawseti(L, -3, i + 1);
+}
+
+/* Runs protected: builds the four result tables from the slots (six for a
+ * waiting batch). */
 static int push_results(lua_State *L) {
     batch *b = (batch *)lua_touserdata(L, 1);
-    int i;
+    int i, w = b->wlen > 0 ? 2 : 0;
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
+    if (w) {
+        lua_createtable(L, b->n, 0);
+        lua_createtable(L, b->n, 0);
+    }
     for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
         redisReply *r = s->reply;
+        if (w && r != NULL && r->type != REDIS_REPLY_ERROR) {
+            /* the script answered: WAIT's part goes to acks */
+            redlock_push_reply(L, r);
+            lua_rawseti(L, -7, i + 1);
+            push_ack(L, s, i);
+            continue;
+        }
         if (s->rc == RC_OK && r->type != REDIS_REPLY_ERROR) {
             redlock_push_reply(L, r);
-            lua_rawseti(L, -5, i + 1);
+            lua_rawseti(L, -5 - w, i + 1);
             continue;
+        }
+        if (w && s->rc != RC_OK && r != NULL) {
+            /* the script's error answered; WAIT's did not come: the
+             * connection's failure is the news */
+            r = NULL;
         }
         if (s->rc == RC_OK) {
             lua_pushfstring(L, "server: %s: ", s->u->name);
             lua_pushlstring(L, r->str, r->len > 200 ? 200 : r->len);
             lua_concat(L, 2);
-            lua_rawseti(L, -4, i + 1);
+            lua_rawseti(L, -4 - w, i + 1);
             lua_pushstring(L, code_words[RC_SERVER]);
         } else {
             lua_pushstring(L, s->u->err);
-            lua_rawseti(L, -4, i + 1);
+            lua_rawseti(L, -4 - w, i + 1);
             lua_pushstring(L, code_words[s->rc]);
         }
-        lua_rawseti(L, -3, i + 1);
+        lua_rawseti(L, -3 - w, i + 1);
         if (s->flag != F_NONE) {
             lua_pushstring(L, flag_words[s->flag]);
-            lua_rawseti(L, -2, i + 1);
+            lua_rawseti(L, -2 - w, i + 1);
         }
     }
-    return 4;
+    return 4 + w;
 }
 
 static void free_batch(batch *b, const char **argv, size_t *argvlen) {
     int i;
     if (b->slots != NULL)
-        for (i = 0; i < b->n; i++)
+        for (i = 0; i < b->n; i++) {
             if (b->slots[i].reply != NULL)
                 freeReplyObject(b->slots[i].reply);
+            if (b->slots[i].wreply != NULL)
+                freeReplyObject(b->slots[i].wreply);
+        }
     free(b->slots);
     free((void *)b->cmd);
     free((void *)b->alt);
@@ -474,11 +553,14 @@ static int check_conns(lua_State *L, redlock_conn **conns) {
     return n;
 }
 
-static int fanout_common(lua_State *L, const redlock_script *script) {
+/* name: the stack index of the script's name (nkeys follows), 0 for a
+ * plain command (from index 3); w: WAIT after the script, or NULL. */
+static int fanout_common(lua_State *L, const redlock_script *script, int name,
+                         const redlock_wait *w) {
     redlock_conn *conns[MAX_CONNS] = {NULL}; /* set by check_conns; zeroed for the analyzer */
     struct pollfd pfds[MAX_CONNS];
     int which[MAX_CONNS];
-    int n = check_conns(L, conns), first, argc, prefix, status, i;
+    int n = check_conns(L, conns), first, argc, prefix, status, i, nres = w != NULL ? 6 : 4;
     const char **argv = NULL;
     size_t *argvlen = NULL;
     char *cmd = NULL;
@@ -488,11 +570,17 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     memset(&b, 0, sizeof b);
     b.n = n;
     b.timeout_ms = (int)lua_tointeger(L, 2);
+    if (w != NULL) {
+        b.wlen = redlock_wait_encode(w, b.wbuf, sizeof b.wbuf);
+        b.wait_ms = w->timeout_ms;
+        if (b.wlen < 0)
+            return luaL_error(L, "out of memory");
+    }
     if (script != NULL) {
-        lua_Integer nkeys = luaL_checkinteger(L, 4);
+        lua_Integer nkeys = luaL_checkinteger(L, name + 1);
         int top = lua_gettop(L);
-        luaL_argcheck(L, nkeys >= 0 && nkeys <= top - 4, 4, "numkeys out of range");
-        first = 4; /* numkeys, keys and args */
+        luaL_argcheck(L, nkeys >= 0 && nkeys <= top - (name + 1), name + 1, "numkeys out of range");
+        first = name + 1; /* numkeys, keys and args */
         prefix = 2;
     } else {
         first = 3;
@@ -524,11 +612,11 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
         b.slots[i].u = conns[i];
     run(&b, pfds, which);
     lua_pushlightuserdata(L, &b);
-    status = lua_pcall(L, 1, 4, 0);
+    status = lua_pcall(L, 1, nres, 0);
     free_batch(&b, argv, argvlen);
     if (status != 0)
         return lua_error(L); /* everything is freed */
-    return 4;
+    return nres;
 }
 
 int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
@@ -576,14 +664,30 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
 }
 
 /* fanout(conns, timeout_ms, arg, ...) */
-static int core_fanout(lua_State *L) { return fanout_common(L, NULL); }
+static int core_fanout(lua_State *L) { return fanout_common(L, NULL, 0, NULL); }
 
 /* fanout_eval(conns, timeout_ms, name, numkeys, key..., arg...) */
 static int core_fanout_eval(lua_State *L) {
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 3));
     if (s == NULL)
         return luaL_argerror(L, 3, "unknown script");
-    return fanout_common(L, s);
+    return fanout_common(L, s, 3, NULL);
+}
+
+/* fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name,
+ * numkeys, key..., arg...) */
+static int core_fanout_eval_wait(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
+    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 6));
+    redlock_wait w;
+    luaL_argcheck(L, n >= 1 && n <= 1000000, 3, "out of range (1 to 1000000)");
+    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 4, "out of range (1 to 86400000)");
+    if (s == NULL)
+        return luaL_argerror(L, 6, "unknown script");
+    w.replicas = (int)n;
+    w.timeout_ms = (int)ms;
+    w.aof = lua_toboolean(L, 5);
+    return fanout_common(L, s, 6, &w);
 }
 
 void redlock_fanout_open(lua_State *L) {
@@ -591,4 +695,6 @@ void redlock_fanout_open(lua_State *L) {
     lua_setfield(L, -2, "fanout");
     lua_pushcfunction(L, core_fanout_eval);
     lua_setfield(L, -2, "fanout_eval");
+    lua_pushcfunction(L, core_fanout_eval_wait);
+    lua_setfield(L, -2, "fanout_eval_wait");
 }

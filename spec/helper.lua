@@ -231,6 +231,34 @@ function _M.start_server(opts)
     return self:start()
 end
 
+--- Starts a redis-server that replicates `master` (a server of
+-- start_server) and returns once the link is up (INFO replication says
+-- master_link_status:up). opts as start_server's.
+function _M.start_replica(master, opts)
+    opts = opts or {}
+    local config = { "replicaof 127.0.0.1 " .. master.port }
+    if master.password then config[#config + 1] = "masterauth " .. master.password end
+    for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
+    local replica = _M.start_server({ password = opts.password, config = config })
+    replica.master = master
+    if not _M.eventually(10000, function()
+        return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+    end) then
+        error("the replica on port " .. replica.port .. " did not connect to its master")
+    end
+    return replica
+end
+
+--- Whether specs that start many processes (topologies, nginx) run here:
+-- in the Lua 5.4 suite with the default build only. Returns nil, or the
+-- reason to skip.
+function _M.lua54_only()
+    if (os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" or os.getenv("REDLOCK_BUILD") then
+        return "topology specs run in the Lua 5.4 suite"
+    end
+    return nil
+end
+
 function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
 function Server:freeze() return self:signal("STOP") end
 function Server:thaw() return self:signal("CONT") end
