@@ -277,3 +277,81 @@ describe("replica acknowledgement with Redlock over 3 masters, each with a repli
         for i = 1, 3 do assert.equal("", leftovers(masters[i], key)) end
     end)
 end)
+
+describe("replica acknowledgement inside nginx (cosockets)", function()
+    local nginx = require "openresty.nginx"
+    local missing = skip or nginx.missing()
+    if missing then
+        pending("skipped: " .. missing)
+        return
+    end
+    local masters, replicas, ports, ngx_server = {}, {}, {}, nil
+
+    local function lines(body)
+        local t = {}
+        for k, v in (body or ""):gmatch("([%w_]+)=([^\n]*)") do t[k] = v end
+        return t
+    end
+
+    local function get(list, key, extra)
+        local body, code = ngx_server:get(string.format("/replicas?ports=%s&key=%s&n=1&ms=300%s",
+            table.concat(list, ","), key, extra or ""))
+        assert.equal(200, code, body)
+        return lines(body)
+    end
+
+    setup(function()
+        assert(io.open("build/jit/redlock/core.so"), "build/jit's core is missing: run `make build-jit`"):close()
+        for i = 1, 3 do
+            masters[i] = helper.start_server()
+            replicas[i] = helper.start_replica(masters[i])
+            ports[i] = masters[i].port
+        end
+        ngx_server = nginx.start { workers = 1, redis = masters[1], lua_path = "@REPO@/spec/openresty/?.lua;",
+            server = [[
+        location = /replicas { content_by_lua_block { require("probe").replicas() } }]],
+            init = string.format('require("probe").init { %s }', table.concat(ports, ", ")) }
+    end)
+    teardown(function()
+        for _, r in ipairs(replicas) do r:thaw() end
+        if ngx_server then ngx_server:stop() end
+        helper.stop_all()
+    end)
+
+    it("waits for the replica over a cosocket, and fails closed without it", function()
+        local key = helper.key("rep")
+        local t = get({ ports[1] }, key)
+        assert.equal("1", t.replicas, t.err)
+        assert.equal("ok", t.extend)
+        assert.equal("1", t.extended_replicas)
+        assert.equal("ok", t.release)
+        frozen(replicas[1], function()
+            t = get({ ports[1] }, key)
+            assert.equal("replicas", t.code, t.err)
+            assert.truthy(t.err:find("0 of 1 replicas acknowledged the lock within 300 ms", 1, true), t.err)
+            assert.equal("", leftovers(masters[1], key))
+        end)
+        t = get({ ports[1] }, key, "&aof=1")
+        assert.equal("server", t.code, t.err)
+        assert.truthy(t.err:find("WAITAOF needs Redis 7.2+", 1, true), t.err)
+        assert.equal("", leftovers(masters[1], key))
+        assert.same({}, ngx_server:errors())
+    end)
+
+    it("Redlock's fan-out in light threads counts only acknowledged servers", function()
+        local key = helper.key("rep")
+        local t = get(ports, key)
+        assert.equal("1", t.replicas, t.err)
+        assert.equal("ok", t.extend)
+        assert.equal("ok", t.release)
+        frozen(replicas[2], function()
+            frozen(replicas[3], function()
+                t = get(ports, key)
+                assert.equal("no quorum", t.code, t.err)
+                assert.truthy(t.err:find("error: replicas: 0 of 1 replicas", 1, true), t.err)
+                for i = 1, 3 do assert.equal("", leftovers(masters[i], key)) end
+            end)
+        end)
+        assert.same({}, ngx_server:errors())
+    end)
+end)
