@@ -43,6 +43,7 @@ build = {
       ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
       ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
+      ["redlock.replicas"] = "lua/redlock/replicas.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",
       ["redlock.server"] = "lua/redlock/server.lua",
       ["redlock.single"] = "lua/redlock/single.lua",

@@ -461,8 +461,9 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
     *stale = 0;
     redlock_conn_forget_inherited(u);
     reused = u->ctx != NULL;
-    /* base 0 is "no timeout": it stays so */
-    u->timeout_ms = base > 0 ? base + w->timeout_ms : 0;
+    /* base 0 is "no timeout": it stays so; WAIT answers after its
+     * timeout, plus up to a tick of the server's timer (hz 10: 100 ms) */
+    u->timeout_ms = base > 0 ? base + w->timeout_ms + 100 : 0;
     if (u->ctx == NULL)
         rc = conn_connect(u); /* sets the longer timeout */
     else if (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK) {
@@ -516,16 +517,22 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
  *                                  count, -1 for WAIT); values as eval_values
  *   nil, msg, code, stale          the script did not answer, or answered
  *                                  with an error
- *   false, msg, code, values...    the script answered (values) but WAIT
- *                                  did not: an error reply ("server": msg
- *                                  is Redis' error), or the connection
+ *   false, msg, values...          the script answered (values) but WAIT
+ *                                  did not: msg starts with the code word,
+ *                                  "server" (Redis' error) or "connection"
  * NOSCRIPT: EVAL and WAIT once more, on the same connection. */
+int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
+                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
+                                 redisReply **wout, int *stale) {
+    return round_trip_wait(c, argc, argv, argvlen, w, out, wout, stale);
+}
+
 static int conn_eval_wait(lua_State *L) {
     conn_ud *u = check_conn(L);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
     int aof = lua_toboolean(L, 5), nkeys = (int)luaL_checkinteger(L, 6), top = lua_gettop(L);
-    int argc, rc, stale, head = 3;
+    int argc, rc, stale;
     long long acked = 0, fsynced = -1;
     char nkeys_s[16];
     redlock_argv a;
@@ -533,7 +540,7 @@ static int conn_eval_wait(lua_State *L) {
     redisReply *r1 = NULL, *r2 = NULL;
     if (s == NULL)
         return luaL_argerror(L, 2, "unknown script");
-    luaL_argcheck(L, n >= 1 && n <= 1000000, 3, "out of range (1 to 1000000)");
+    luaL_argcheck(L, n >= 0 && n <= 1000000, 3, "out of range (0 to 1000000)");
     luaL_argcheck(L, ms >= 1 && ms <= 86400000, 4, "out of range (1 to 86400000)");
     if (nkeys < 0 || nkeys > top - 6)
         return luaL_argerror(L, 6, "numkeys out of range");
@@ -575,13 +582,11 @@ static int conn_eval_wait(lua_State *L) {
     if (rc != OK) {
         lua_pushboolean(L, 0);
         lua_pushstring(L, u->err);
-        lua_pushstring(L, code_words[rc]);
     } else if (r2->type == REDIS_REPLY_ERROR) {
         lua_pushboolean(L, 0);
         lua_pushfstring(L, "server: %s: ", u->name);
         lua_pushlstring(L, r2->str, r2->len > 200 ? 200 : r2->len);
         lua_concat(L, 2);
-        lua_pushliteral(L, "server");
         freeReplyObject(r2);
     } else {
         int bad = redlock_wait_parse(r2, &acked, &fsynced);
@@ -590,14 +595,12 @@ static int conn_eval_wait(lua_State *L) {
             lua_pushboolean(L, 0);
             lua_pushfstring(L, "server: %s: unexpected reply to %s", u->name,
                             aof ? "WAITAOF" : "WAIT");
-            lua_pushliteral(L, "server");
         } else {
             lua_pushinteger(L, (lua_Integer)acked);
             lua_pushinteger(L, (lua_Integer)fsynced);
-            head = 2;
         }
     }
-    return head + redlock_push_reply_free(L, r1, 1);
+    return 2 + redlock_push_reply_free(L, r1, 1);
 }
 
 static int conn_close(lua_State *L) {

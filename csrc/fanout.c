@@ -619,9 +619,9 @@ static int fanout_common(lua_State *L, const redlock_script *script, int name,
     return nres;
 }
 
-int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
-                          const char **argv, size_t *argvlen, int argc, redisReply **replies,
-                          int *stale) {
+static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
+                    const redlock_wait *w, const char **argv, size_t *argvlen, int argc,
+                    redisReply **replies, redisReply **wreplies, int *stale) {
     struct pollfd pfds[MAX_CONNS];
     int which[MAX_CONNS], i;
     char *cmd = NULL;
@@ -631,6 +631,12 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
     memset(&b, 0, sizeof b);
     b.n = n;
     b.timeout_ms = timeout_ms;
+    if (w != NULL) {
+        b.wlen = redlock_wait_encode(w, b.wbuf, sizeof b.wbuf);
+        b.wait_ms = w->timeout_ms;
+        if (b.wlen < 0)
+            return -1;
+    }
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = script->sha;
@@ -652,15 +658,36 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
     run(&b, pfds, which);
     for (i = 0; i < n; i++) {
         slot *sl = &b.slots[i];
-        replies[i] = sl->rc == RC_OK ? sl->reply : NULL; /* the caller's now */
-        if (sl->rc != RC_OK && sl->reply != NULL)
-            freeReplyObject(sl->reply);
-        stale[i] = sl->flag == F_STALE;
+        if (w != NULL) {
+            /* the caller's now; the script's reply even if WAIT's is missing */
+            replies[i] = sl->reply;
+            wreplies[i] = sl->rc == RC_OK ? sl->wreply : NULL;
+            if (sl->rc != RC_OK && sl->wreply != NULL)
+                freeReplyObject(sl->wreply);
+        } else {
+            replies[i] = sl->rc == RC_OK ? sl->reply : NULL; /* the caller's now */
+            if (sl->rc != RC_OK && sl->reply != NULL)
+                freeReplyObject(sl->reply);
+        }
+        stale[i] = sl->flag == F_STALE && sl->reply == NULL;
     }
     free(b.slots);
     free((void *)b.cmd);
     free((void *)b.alt);
     return 0;
+}
+
+int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
+                          const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                          int *stale) {
+    return fanout_c(conns, n, timeout_ms, script, NULL, argv, argvlen, argc, replies, NULL, stale);
+}
+
+int redlock_fanout_eval_wait_c(redlock_conn **conns, int n, int timeout_ms,
+                               const redlock_script *script, const redlock_wait *w,
+                               const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                               redisReply **wreplies, int *stale) {
+    return fanout_c(conns, n, timeout_ms, script, w, argv, argvlen, argc, replies, wreplies, stale);
 }
 
 /* fanout(conns, timeout_ms, arg, ...) */
@@ -680,7 +707,7 @@ static int core_fanout_eval_wait(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 6));
     redlock_wait w;
-    luaL_argcheck(L, n >= 1 && n <= 1000000, 3, "out of range (1 to 1000000)");
+    luaL_argcheck(L, n >= 0 && n <= 1000000, 3, "out of range (0 to 1000000)");
     luaL_argcheck(L, ms >= 1 && ms <= 86400000, 4, "out of range (1 to 86400000)");
     if (s == NULL)
         return luaL_argerror(L, 6, "unknown script");

@@ -7,7 +7,7 @@
  * write as a lock script, and its answer. Mechanism only: how many replicas
  * are enough, and what to do when they are not, is policy (Lua). */
 
-/* What to wait for: replicas >= 1; timeout_ms >= 1; aof: WAITAOF 1 N T
+/* What to wait for: replicas >= 0 (0: WAITAOF for the master's own fsync); timeout_ms >= 1; aof: WAITAOF 1 N T
  * (the master's AOF and N replicas' AOF fsynced, Redis 7.2+) instead of
  * WAIT N T (N replicas have the write in memory). */
 typedef struct {

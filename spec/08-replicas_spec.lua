@@ -164,6 +164,28 @@ describe("replica acknowledgement, one master with a replica", function()
         assert.equal("", leftovers(master, key))
     end)
 
+    it("renews in the background with the replica, and lets the lock expire without it", function()
+        local key = helper.key("rep")
+        local lock = assert(client:acquire(key, { ttl = 900, renew = true }))
+        helper.sleep(1500) -- past the ttl: only acknowledged renewals kept it
+        assert.is_false((lock:lost()))
+        assert.is_true(lock:remaining() > 0)
+        assert.equal(lock.token, replica:cli("GET", key))
+        frozen(replica, function()
+            -- renewals now extend the master's key but are not acknowledged:
+            -- the lock's validity is not extended, and it runs out
+            assert.is_true(helper.eventually(3000, function() return (lock:lost()) end))
+            local _, why = lock:lost()
+            assert.equal("expired", why)
+            assert.equal(0, lock:remaining())
+        end)
+        -- the master may still hold our token (unacknowledged renewals):
+        -- the release deletes it then, else says "not owner"
+        local ok, err, code = lock:release()
+        assert.is_true(ok == true or code == "not owner", err)
+        assert.equal("", leftovers(master, key))
+    end)
+
     it("asks for more replicas than there are: fails closed at once with the counts", function()
         local key = helper.key("rep")
         local lock, err, code = client:acquire(key, { replicas = 2, replica_timeout = 100 })
@@ -250,6 +272,15 @@ describe("replica acknowledgement with Redlock over 3 masters, each with a repli
             assert.is_true(l2:release())
         end)
         assert.is_true(lock:release())
+    end)
+
+    it("renews in the background, each server's extend acknowledged", function()
+        local key = helper.key("rep")
+        local lock = assert(client:acquire(key, { ttl = 900, renew = true }))
+        helper.sleep(1500)
+        assert.is_false((lock:lost()))
+        assert.is_true(lock:release())
+        for i = 1, 3 do assert.equal("", leftovers(masters[i], key)) end
     end)
 
     it("fails with no quorum, naming the servers and counts, and leaves no key anywhere", function()
