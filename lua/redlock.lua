@@ -69,7 +69,8 @@ end
 
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
---   drift_factor, mode, connect_timeout, timeout, tls (see README)
+--   drift_factor, mode, connect_timeout, timeout, tls, replicas,
+--   replica_timeout, aof (see README)
 -- @treturn Client
 function _M.new(opts)
     if opts ~= nil and type(opts) ~= "table" then
@@ -264,9 +265,11 @@ end
 --- Takes the lock on `key`, waiting up to `opts.wait` ms.
 -- @tparam string key
 -- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter, notify,
---   renew (default false here), max_hold, on_lost, reentrant, owner
+--   renew (default false here), max_hold, on_lost, reentrant, owner,
+--   replicas, replica_timeout, aof
 -- @treturn Lock|nil the lock, or nil, message, code
---   (timeout, locked when wait is 0, connection, server, closed, no quorum)
+--   (timeout, locked when wait is 0, replicas, connection, server, closed,
+--   no quorum)
 function Client:acquire(key, opts)
     if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
