@@ -503,10 +503,9 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
         }
     }
     u->timeout_ms = base;
-    if (rc != OK)
+    /* (a failed restore: the next call reconnects with the usual timeout) */
+    if (rc != OK || (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(base)) != REDIS_OK))
         free_ctx(u);
-    else if (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(base)) != REDIS_OK)
-        free_ctx(u); /* the next call reconnects with the usual timeout */
     return rc;
 }
 

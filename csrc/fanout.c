@@ -336,6 +336,11 @@ static void do_read(batch *b, slot *s) {
 
 static void start(batch *b, slot *s) {
     redlock_conn *u = s->u;
+    if (u == NULL) { /* not reached: every slot has its conn (for the analyzer) */
+        s->state = S_DONE;
+        s->rc = RC_CLOSED;
+        return;
+    }
     if (u->closed) {
         s->rc = RC_CLOSED;
         s->state = S_DONE;
@@ -485,17 +490,14 @@ static int push_results(lua_State *L) {
             push_ack(L, s, i);
             continue;
         }
-        if (s->rc == RC_OK && r->type != REDIS_REPLY_ERROR) {
+        if (s->rc == RC_OK && r != NULL && r->type != REDIS_REPLY_ERROR) {
             redlock_push_reply(L, r);
             lua_rawseti(L, -5 - w, i + 1);
             continue;
         }
-        if (w && s->rc != RC_OK && r != NULL) {
-            /* the script's error answered; WAIT's did not come: the
-             * connection's failure is the news */
-            r = NULL;
-        }
-        if (s->rc == RC_OK) {
+        /* (a script's error whose WAIT reply did not come: the connection's
+         * failure is the news) */
+        if (s->rc == RC_OK && r != NULL) {
             lua_pushfstring(L, "server: %s: ", s->u->name);
             lua_pushlstring(L, r->str, r->len > 200 ? 200 : r->len);
             lua_concat(L, 2);
@@ -579,7 +581,8 @@ static int fanout_common(lua_State *L, const redlock_script *script, int name,
     if (script != NULL) {
         lua_Integer nkeys = luaL_checkinteger(L, name + 1);
         int top = lua_gettop(L);
-        luaL_argcheck(L, nkeys >= 0 && nkeys <= top - (name + 1), name + 1, "numkeys out of range");
+        if (nkeys < 0 || nkeys > top - (name + 1))
+            return luaL_argerror(L, name + 1, "numkeys out of range");
         first = name + 1; /* numkeys, keys and args */
         prefix = 2;
     } else {
@@ -707,8 +710,11 @@ static int core_fanout_eval_wait(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 6));
     redlock_wait w;
-    luaL_argcheck(L, n >= 0 && n <= 1000000, 3, "out of range (0 to 1000000)");
-    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 4, "out of range (1 to 86400000)");
+    /* (returns rather than luaL_argcheck: the analyzer then sees the end) */
+    if (n < 0 || n > 1000000)
+        return luaL_argerror(L, 3, "out of range (0 to 1000000)");
+    if (ms < 1 || ms > 86400000)
+        return luaL_argerror(L, 4, "out of range (1 to 86400000)");
     if (s == NULL)
         return luaL_argerror(L, 6, "unknown script");
     w.replicas = (int)n;
