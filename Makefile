@@ -19,7 +19,7 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster \
+	bench bench-deps bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
@@ -115,7 +115,7 @@ demo: deps build
 # Benchmarks: never part of `make test`. Other benchmark targets join by
 # adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
 FLOOR       := $(BUILD)/bench/floor
-BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster
+BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas
 
 $(FLOOR): bench/floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
@@ -176,6 +176,14 @@ bench-tls: build
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) \
 	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/tls.lua; rc=$$?; \
+	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
+	rm -rf "$$tmp"; exit $$rc
+
+# The cycle with replicas = 1 (WAIT with the script) against replicas = 0.
+bench-replicas: build
+	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
+	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) \
+	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/replicas.lua; rc=$$?; \
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
 

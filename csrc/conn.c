@@ -31,6 +31,7 @@
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"
+#include "wait.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
 
@@ -478,6 +479,186 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
+/* Replica acknowledgement: the script and WAIT (or WAITAOF) in one write,
+ * both replies read (wait.h). The reply timeout grows by the WAIT's own for
+ * this call only: WAIT answers after at most w->timeout_ms. *r1 is the
+ * script's reply, *r2 WAIT's; on failure (rc != OK) either may be NULL,
+ * and *r1 != NULL means the script ran and only WAIT's answer is missing. */
+static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                           const redlock_wait *w, redisReply **r1, redisReply **r2, int *stale) {
+    int reused, rc = OK, base = u->timeout_ms;
+    void *reply = NULL;
+    char stack[512], wbuf[REDLOCK_WAIT_BUF], *cmd = NULL;
+    long len, wlen;
+    *r1 = *r2 = NULL;
+    *stale = 0;
+    if (u->cluster != NULL) {
+        /* the node of the key's slot; a redirection (both replies read)
+         * reloads the map and sends again, a few times */
+        int tries;
+        for (tries = 0; tries < 5; tries++) {
+            conn_ud *node = redlock_cluster_route(u, argc, argv, argvlen, &rc);
+            if (node == NULL)
+                return rc;
+            rc = round_trip_wait(node, argc, argv, argvlen, w, r1, r2, stale);
+            if (rc != OK) {
+                memcpy(u->err, node->err, ERRLEN);
+                return rc;
+            }
+            if (*r1 == NULL || (*r1)->type != REDIS_REPLY_ERROR ||
+                !redlock_cluster_redirected(u, (*r1)->str, (*r1)->len))
+                return OK;
+            freeReplyObject(*r1);
+            if (*r2 != NULL)
+                freeReplyObject(*r2);
+            *r1 = *r2 = NULL;
+        }
+        return E_CONNECTION; /* u->err: the last redirection */
+    }
+    wlen = redlock_wait_encode(w, wbuf, sizeof wbuf);
+    redlock_conn_forget_inherited(u);
+    reused = u->ctx != NULL;
+    /* base 0 is "no timeout": it stays so; WAIT answers after its
+     * timeout, plus up to a tick of the server's timer (hz 10: 100 ms) */
+    u->timeout_ms = base > 0 ? base + w->timeout_ms + 100 : 0;
+    if (u->ctx == NULL)
+        rc = conn_connect(u); /* sets the longer timeout */
+    else if (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK) {
+        free_ctx(u);
+        reused = 0;
+        rc = conn_connect(u);
+    }
+    if (rc != OK) {
+        u->timeout_ms = base;
+        return rc;
+    }
+    len = redlock_encode(stack, sizeof stack, argc, argv, argvlen, &cmd);
+    if (len < 0 || wlen < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)len) != REDIS_OK ||
+        redisAppendFormattedCommand(u->ctx, wbuf, (size_t)wlen) != REDIS_OK) {
+        if (len >= 0 && cmd != stack)
+            free(cmd);
+        snprintf(u->err, ERRLEN, "connection: %s: could not encode the command (out of memory)",
+                 u->name);
+        free_ctx(u);
+        u->timeout_ms = base;
+        return E_CONNECTION;
+    }
+    if (cmd != stack)
+        free(cmd);
+    if (flush_obuf(u) != 0 || get_reply(u, &reply) != REDIS_OK) {
+        int timed_out = io_error(u, errno, "waiting for a reply");
+        *stale = reused && !timed_out;
+        rc = E_CONNECTION;
+    } else {
+        *r1 = (redisReply *)reply;
+        reply = NULL;
+        if (get_reply(u, &reply) != REDIS_OK) {
+            io_error(u, errno, w->aof ? "waiting for WAITAOF's reply" : "waiting for WAIT's reply");
+            rc = E_CONNECTION;
+        } else {
+            *r2 = (redisReply *)reply;
+        }
+    }
+    u->timeout_ms = base;
+    /* (a failed restore: the next call reconnects with the usual timeout) */
+    if (rc != OK || (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(base)) != REDIS_OK))
+        free_ctx(u);
+    return rc;
+}
+
+/* conn:eval_wait(name, replicas, replica_timeout, aof, numkeys, key..., arg...):
+ * as eval_values, with WAIT replicas replica_timeout (aof: WAITAOF 1
+ * replicas replica_timeout) sent in the same write. Returns
+ *   acked, fsynced, values...      both answered (fsynced: WAITAOF's local
+ *                                  count, -1 for WAIT); values as eval_values
+ *   nil, msg, code, stale          the script did not answer, or answered
+ *                                  with an error
+ *   false, msg, values...          the script answered (values) but WAIT
+ *                                  did not: msg starts with the code word,
+ *                                  "server" (Redis' error) or "connection"
+ * NOSCRIPT: EVAL and WAIT once more, on the same connection. */
+int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
+                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
+                                 redisReply **wout, int *stale) {
+    return round_trip_wait(c, argc, argv, argvlen, w, out, wout, stale);
+}
+
+static int conn_eval_wait(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
+    lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
+    int aof = lua_toboolean(L, 5), nkeys = (int)luaL_checkinteger(L, 6), top = lua_gettop(L);
+    int argc, rc, stale;
+    long long acked = 0, fsynced = -1;
+    char nkeys_s[16];
+    redlock_argv a;
+    redlock_wait w;
+    redisReply *r1 = NULL, *r2 = NULL;
+    if (s == NULL)
+        return luaL_argerror(L, 2, "unknown script");
+    luaL_argcheck(L, n >= 0 && n <= 1000000, 3, "out of range (0 to 1000000)");
+    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 4, "out of range (1 to 86400000)");
+    if (nkeys < 0 || nkeys > top - 6)
+        return luaL_argerror(L, 6, "numkeys out of range");
+    argc = top > 6 ? redlock_check_argv(L, 7, top) : 0;
+    if (u->closed)
+        return push_closed(L);
+    w.replicas = (int)n;
+    w.timeout_ms = (int)ms;
+    w.aof = aof;
+    if (redlock_argv_init(L, 7, argc, 3, &a) != 0)
+        return luaL_error(L, "out of memory");
+    *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
+    a.v[0] = "EVALSHA";
+    a.len[0] = 7;
+    a.v[1] = s->sha;
+    a.len[1] = 40;
+    a.v[2] = nkeys_s;
+    a.len[2] = strlen(nkeys_s);
+    rc = round_trip_wait(u, argc + 3, a.v, a.len, &w, &r1, &r2, &stale);
+    if (r1 != NULL && is_noscript(r1)) {
+        freeReplyObject(r1);
+        if (r2 != NULL)
+            freeReplyObject(r2);
+        a.v[0] = "EVAL";
+        a.len[0] = 4;
+        a.v[1] = s->source;
+        a.len[1] = strlen(s->source);
+        rc = round_trip_wait(u, argc + 3, a.v, a.len, &w, &r1, &r2, &stale);
+        stale = 0;
+    }
+    redlock_argv_free(&a);
+    if (r1 == NULL)
+        return push_failure(L, u, rc, stale);
+    if (r1->type == REDIS_REPLY_ERROR) {
+        if (r2 != NULL)
+            freeReplyObject(r2);
+        return push_outcome(L, u, OK, 0, r1, 1);
+    }
+    if (rc != OK) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, u->err);
+    } else if (r2->type == REDIS_REPLY_ERROR) {
+        lua_pushboolean(L, 0);
+        lua_pushfstring(L, "server: %s: ", u->name);
+        lua_pushlstring(L, r2->str, r2->len > 200 ? 200 : r2->len);
+        lua_concat(L, 2);
+        freeReplyObject(r2);
+    } else {
+        int bad = redlock_wait_parse(r2, &acked, &fsynced);
+        freeReplyObject(r2);
+        if (bad) {
+            lua_pushboolean(L, 0);
+            lua_pushfstring(L, "server: %s: unexpected reply to %s", u->name,
+                            aof ? "WAITAOF" : "WAIT");
+        } else {
+            lua_pushinteger(L, (lua_Integer)acked);
+            lua_pushinteger(L, (lua_Integer)fsynced);
+        }
+    }
+    return 2 + redlock_push_reply_free(L, r1, 1);
+}
+
 static int conn_close(lua_State *L) {
     conn_ud *u = check_conn(L);
     conn_destroy(u);
@@ -802,6 +983,7 @@ void redlock_conn_open(lua_State *L) {
         {"command", conn_command},
         {"eval", conn_eval},
         {"eval_values", conn_eval_values},
+        {"eval_wait", conn_eval_wait},
         {"close", conn_close},
         {"connected", conn_connected},
         {"name", conn_name},

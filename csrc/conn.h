@@ -7,6 +7,7 @@
 #include "cluster.h"
 #include "sentinel.h"
 #include "tls.h"
+#include "wait.h"
 
 #define REDLOCK_CONN_MT "redlock.conn"
 #define REDLOCK_CONN_ERRLEN 512
@@ -55,6 +56,13 @@ void redlock_conn_free(redlock_conn *c);
 int redlock_conn_ensure(redlock_conn *c); /* connects unless connected */
 int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale);
+/* The command and WAIT (w) in one write, both replies read: *out is the
+ * command's reply, *wout WAIT's (error replies included; the caller frees
+ * both). On failure (not 0) *out may still be set: the command answered
+ * and WAIT's reply did not come. */
+int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
+                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
+                                 redisReply **wout, int *stale);
 
 /* Connects to host/port (or path) as they are now, with the handshake, AUTH
  * and SELECT: what a connect is without Sentinel (csrc/sentinel.c). */

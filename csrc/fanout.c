@@ -21,7 +21,16 @@
  * connection made before this call turned out closed by the server (a retry
  * on a fresh connection is sensible, as conn:command's `stale`), else nil.
  * fanout_eval runs a named script of scripts.h by EVALSHA; a server that
- * answers NOSCRIPT gets one EVAL in the same call, within the same time. */
+ * answers NOSCRIPT gets one EVAL in the same call, within the same time.
+ *
+ * fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name, nkeys, ...)
+ *   -> values, errs, codes, flags, acks, fsyncs
+ * is fanout_eval with WAIT replicas wait_ms (aof: WAITAOF 1 replicas
+ * wait_ms) in the same write as the script (wait.h), each server's time
+ * limit longer by wait_ms. Where the script answered (values[i]), acks[i] is
+ * the number of replicas that acknowledged (fsyncs[i]: WAITAOF's local
+ * count), or a message (a string) when WAIT's answer is an error or did
+ * not come (the connection failed or timed out after the script's). */
 #define _GNU_SOURCE
 #include "fanout.h"
 
@@ -44,6 +53,7 @@
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"
+#include "wait.h"
 
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
@@ -64,8 +74,10 @@ typedef struct {
     int setup;     /* AUTH/SELECT replies still due before ours */
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
+    int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
     int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
+    redisReply *wreply; /* WAIT's, when the batch waits */
 } slot;
 
 typedef struct {
@@ -79,6 +91,10 @@ typedef struct {
     const char **argv;
     size_t *argvlen;
     int argc;
+    /* WAIT after the script (fanout_eval_wait): wlen > 0 */
+    char wbuf[REDLOCK_WAIT_BUF];
+    long wlen;
+    int wait_ms;
 } batch;
 
 /* The EVAL form of the batch's script (see batch); 0, or -1 when out of
@@ -226,6 +242,11 @@ static void take_replies(batch *b, slot *s) {
         if (p == NULL)
             return;
         r = (redisReply *)p;
+        if (s->skip) {
+            freeReplyObject(r);
+            s->skip = 0;
+            continue;
+        }
         if (s->setup > 0) {
             const char *what = s->auth_due ? "AUTH" : "SELECT";
             s->setup--;
@@ -244,8 +265,11 @@ static void take_replies(batch *b, slot *s) {
         if (b->script != NULL && !s->evaled && is_noscript(r)) {
             freeReplyObject(r);
             s->evaled = 1;
+            s->skip = b->wlen > 0;
             if ((b->alt == NULL && encode_eval(b) != 0) ||
-                redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK) {
+                redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK ||
+                (b->wlen > 0 &&
+                 redisAppendFormattedCommand(c, b->wbuf, (size_t)b->wlen) != REDIS_OK)) {
                 fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
                 return;
             }
@@ -253,17 +277,19 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
-        if (r->type == REDIS_REPLY_ERROR && s->owner != NULL &&
+        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->owner != NULL &&
             redlock_cluster_redirected(s->owner, r->str, r->len)) {
             /* refused, nothing written: the map is reloaded on the retry */
             snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->owner->err);
             freeReplyObject(r);
+            if (b->wlen > 0)
+                redlock_conn_drop(s->u); /* WAIT's reply is still on its way */
             s->rc = RC_CONNECTION;
             s->flag = F_STALE;
             s->state = S_DONE;
             return;
         }
-        if (r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
+        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
             redlock_sentinel_demoted(s->u, r->str, r->len)) {
             /* nothing written: as a stale connection, the caller may retry */
             freeReplyObject(r);
@@ -272,7 +298,13 @@ static void take_replies(batch *b, slot *s) {
             s->state = S_DONE;
             return;
         }
-        s->reply = r;
+        if (s->reply == NULL) {
+            s->reply = r;
+            if (b->wlen > 0)
+                continue; /* WAIT's comes next */
+        } else {
+            s->wreply = r;
+        }
         s->rc = RC_OK;
         s->state = S_DONE;
     }
@@ -328,6 +360,11 @@ static void do_read(batch *b, slot *s) {
 
 static void start(batch *b, slot *s) {
     redlock_conn *u = s->u;
+    if (u == NULL) { /* not reached: every slot has its conn (for the analyzer) */
+        s->state = S_DONE;
+        s->rc = RC_CLOSED;
+        return;
+    }
     if (!u->closed && u->cluster != NULL) {
         /* a Cluster: the node that serves the key, from the slot map */
         int rc = 0;
@@ -371,7 +408,9 @@ static void start(batch *b, slot *s) {
         s->reused = 1;
         s->state = S_WRITING;
     }
-    if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK) {
+    if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK ||
+        (b->wlen > 0 &&
+         redisAppendFormattedCommand(u->ctx, b->wbuf, (size_t)b->wlen) != REDIS_OK)) {
         fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
         return;
     }
@@ -383,6 +422,7 @@ static void time_out(slot *s) {
     fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
          s->state == S_CONNECTING ? "connecting"
          : s->state == S_WRITING  ? "sending"
+         : s->reply != NULL       ? "waiting for WAIT's reply"
                                   : "waiting for a reply");
 }
 
@@ -394,7 +434,10 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
         start(b, s);
         /* A connection made now needs one more round trip (the handshake,
          * with AUTH and SELECT queued ahead of the command). */
-        s->limit_ms = s->reused ? b->timeout_ms : 2 * b->timeout_ms;
+        /* WAIT answers after wait_ms, plus up to a tick of the server's
+         * timer (hz 10: 100 ms) */
+        s->limit_ms = (s->reused ? b->timeout_ms : 2 * b->timeout_ms) +
+                      (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
     }
     for (;;) {
         int k = 0, r, j;
@@ -441,48 +484,88 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
     }
 }
 
-/* Runs protected: builds the four result tables from the slots. */
+/* acks[i] and fsyncs[i] (the tables at -2 and -1) of a waiting batch's
+ * slot whose script answered (see fanout_eval_wait). */
+static void push_ack(lua_State *L, const slot *s, int i) {
+    long long acked, fsynced;
+    const redisReply *w = s->wreply;
+    if (s->rc != RC_OK) {
+        lua_pushstring(L, s->u->err);
+    } else if (w->type == REDIS_REPLY_ERROR) {
+        lua_pushfstring(L, "server: %s: ", s->u->name);
+        lua_pushlstring(L, w->str, w->len > 200 ? 200 : w->len);
+        lua_concat(L, 2);
+    } else if (redlock_wait_parse(w, &acked, &fsynced) != 0) {
+        lua_pushfstring(L, "server: %s: unexpected reply to WAIT", s->u->name);
+    } else {
+        lua_pushinteger(L, (lua_Integer)acked);
+        lua_rawseti(L, -3, i + 1);
+        lua_pushinteger(L, (lua_Integer)fsynced);
+        lua_rawseti(L, -2, i + 1);
+        return;
+    }
+    lua_rawseti(L, -3, i + 1);
+}
+
+/* Runs protected: builds the four result tables from the slots (six for a
+ * waiting batch). */
 static int push_results(lua_State *L) {
     batch *b = (batch *)lua_touserdata(L, 1);
-    int i;
+    int i, w = b->wlen > 0 ? 2 : 0;
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
     lua_createtable(L, b->n, 0);
+    if (w) {
+        lua_createtable(L, b->n, 0);
+        lua_createtable(L, b->n, 0);
+    }
     for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
         redisReply *r = s->reply;
-        if (s->rc == RC_OK && r->type != REDIS_REPLY_ERROR) {
+        if (w && r != NULL && r->type != REDIS_REPLY_ERROR) {
+            /* the script answered: WAIT's part goes to acks */
             redlock_push_reply(L, r);
-            lua_rawseti(L, -5, i + 1);
+            lua_rawseti(L, -7, i + 1);
+            push_ack(L, s, i);
             continue;
         }
-        if (s->rc == RC_OK) {
+        if (s->rc == RC_OK && r != NULL && r->type != REDIS_REPLY_ERROR) {
+            redlock_push_reply(L, r);
+            lua_rawseti(L, -5 - w, i + 1);
+            continue;
+        }
+        /* (a script's error whose WAIT reply did not come: the connection's
+         * failure is the news) */
+        if (s->rc == RC_OK && r != NULL) {
             lua_pushfstring(L, "server: %s: ", s->u->name);
             lua_pushlstring(L, r->str, r->len > 200 ? 200 : r->len);
             lua_concat(L, 2);
-            lua_rawseti(L, -4, i + 1);
+            lua_rawseti(L, -4 - w, i + 1);
             lua_pushstring(L, code_words[RC_SERVER]);
         } else {
             lua_pushstring(L, s->u->err);
-            lua_rawseti(L, -4, i + 1);
+            lua_rawseti(L, -4 - w, i + 1);
             lua_pushstring(L, code_words[s->rc]);
         }
-        lua_rawseti(L, -3, i + 1);
+        lua_rawseti(L, -3 - w, i + 1);
         if (s->flag != F_NONE) {
             lua_pushstring(L, flag_words[s->flag]);
-            lua_rawseti(L, -2, i + 1);
+            lua_rawseti(L, -2 - w, i + 1);
         }
     }
-    return 4;
+    return 4 + w;
 }
 
 static void free_batch(batch *b, const char **argv, size_t *argvlen) {
     int i;
     if (b->slots != NULL)
-        for (i = 0; i < b->n; i++)
+        for (i = 0; i < b->n; i++) {
             if (b->slots[i].reply != NULL)
                 freeReplyObject(b->slots[i].reply);
+            if (b->slots[i].wreply != NULL)
+                freeReplyObject(b->slots[i].wreply);
+        }
     free(b->slots);
     free((void *)b->cmd);
     free((void *)b->alt);
@@ -512,11 +595,14 @@ static int check_conns(lua_State *L, redlock_conn **conns) {
     return n;
 }
 
-static int fanout_common(lua_State *L, const redlock_script *script) {
+/* name: the stack index of the script's name (nkeys follows), 0 for a
+ * plain command (from index 3); w: WAIT after the script, or NULL. */
+static int fanout_common(lua_State *L, const redlock_script *script, int name,
+                         const redlock_wait *w) {
     redlock_conn *conns[MAX_CONNS] = {NULL}; /* set by check_conns; zeroed for the analyzer */
     struct pollfd pfds[MAX_CONNS];
     int which[MAX_CONNS];
-    int n = check_conns(L, conns), first, argc, prefix, status, i;
+    int n = check_conns(L, conns), first, argc, prefix, status, i, nres = w != NULL ? 6 : 4;
     const char **argv = NULL;
     size_t *argvlen = NULL;
     char *cmd = NULL;
@@ -526,11 +612,18 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
     memset(&b, 0, sizeof b);
     b.n = n;
     b.timeout_ms = (int)lua_tointeger(L, 2);
+    if (w != NULL) {
+        b.wlen = redlock_wait_encode(w, b.wbuf, sizeof b.wbuf);
+        b.wait_ms = w->timeout_ms;
+        if (b.wlen < 0)
+            return luaL_error(L, "out of memory");
+    }
     if (script != NULL) {
-        lua_Integer nkeys = luaL_checkinteger(L, 4);
+        lua_Integer nkeys = luaL_checkinteger(L, name + 1);
         int top = lua_gettop(L);
-        luaL_argcheck(L, nkeys >= 0 && nkeys <= top - 4, 4, "numkeys out of range");
-        first = 4; /* numkeys, keys and args */
+        if (nkeys < 0 || nkeys > top - (name + 1))
+            return luaL_argerror(L, name + 1, "numkeys out of range");
+        first = name + 1; /* numkeys, keys and args */
         prefix = 2;
     } else {
         first = 3;
@@ -562,16 +655,16 @@ static int fanout_common(lua_State *L, const redlock_script *script) {
         b.slots[i].u = conns[i];
     run(&b, pfds, which);
     lua_pushlightuserdata(L, &b);
-    status = lua_pcall(L, 1, 4, 0);
+    status = lua_pcall(L, 1, nres, 0);
     free_batch(&b, argv, argvlen);
     if (status != 0)
         return lua_error(L); /* everything is freed */
-    return 4;
+    return nres;
 }
 
-int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
-                          const char **argv, size_t *argvlen, int argc, redisReply **replies,
-                          int *stale) {
+static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
+                    const redlock_wait *w, const char **argv, size_t *argvlen, int argc,
+                    redisReply **replies, redisReply **wreplies, int *stale) {
     struct pollfd pfds[MAX_CONNS];
     int which[MAX_CONNS], i;
     char *cmd = NULL;
@@ -581,6 +674,12 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
     memset(&b, 0, sizeof b);
     b.n = n;
     b.timeout_ms = timeout_ms;
+    if (w != NULL) {
+        b.wlen = redlock_wait_encode(w, b.wbuf, sizeof b.wbuf);
+        b.wait_ms = w->timeout_ms;
+        if (b.wlen < 0)
+            return -1;
+    }
     argv[0] = "EVALSHA";
     argvlen[0] = 7;
     argv[1] = script->sha;
@@ -602,10 +701,18 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
     run(&b, pfds, which);
     for (i = 0; i < n; i++) {
         slot *sl = &b.slots[i];
-        replies[i] = sl->rc == RC_OK ? sl->reply : NULL; /* the caller's now */
-        if (sl->rc != RC_OK && sl->reply != NULL)
-            freeReplyObject(sl->reply);
-        stale[i] = sl->flag == F_STALE;
+        if (w != NULL) {
+            /* the caller's now; the script's reply even if WAIT's is missing */
+            replies[i] = sl->reply;
+            wreplies[i] = sl->rc == RC_OK ? sl->wreply : NULL;
+            if (sl->rc != RC_OK && sl->wreply != NULL)
+                freeReplyObject(sl->wreply);
+        } else {
+            replies[i] = sl->rc == RC_OK ? sl->reply : NULL; /* the caller's now */
+            if (sl->rc != RC_OK && sl->reply != NULL)
+                freeReplyObject(sl->reply);
+        }
+        stale[i] = sl->flag == F_STALE && sl->reply == NULL;
     }
     free(b.slots);
     free((void *)b.cmd);
@@ -613,15 +720,47 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
     return 0;
 }
 
+int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
+                          const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                          int *stale) {
+    return fanout_c(conns, n, timeout_ms, script, NULL, argv, argvlen, argc, replies, NULL, stale);
+}
+
+int redlock_fanout_eval_wait_c(redlock_conn **conns, int n, int timeout_ms,
+                               const redlock_script *script, const redlock_wait *w,
+                               const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                               redisReply **wreplies, int *stale) {
+    return fanout_c(conns, n, timeout_ms, script, w, argv, argvlen, argc, replies, wreplies, stale);
+}
+
 /* fanout(conns, timeout_ms, arg, ...) */
-static int core_fanout(lua_State *L) { return fanout_common(L, NULL); }
+static int core_fanout(lua_State *L) { return fanout_common(L, NULL, 0, NULL); }
 
 /* fanout_eval(conns, timeout_ms, name, numkeys, key..., arg...) */
 static int core_fanout_eval(lua_State *L) {
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 3));
     if (s == NULL)
         return luaL_argerror(L, 3, "unknown script");
-    return fanout_common(L, s);
+    return fanout_common(L, s, 3, NULL);
+}
+
+/* fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name,
+ * numkeys, key..., arg...) */
+static int core_fanout_eval_wait(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
+    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 6));
+    redlock_wait w;
+    /* (returns rather than luaL_argcheck: the analyzer then sees the end) */
+    if (n < 0 || n > 1000000)
+        return luaL_argerror(L, 3, "out of range (0 to 1000000)");
+    if (ms < 1 || ms > 86400000)
+        return luaL_argerror(L, 4, "out of range (1 to 86400000)");
+    if (s == NULL)
+        return luaL_argerror(L, 6, "unknown script");
+    w.replicas = (int)n;
+    w.timeout_ms = (int)ms;
+    w.aof = lua_toboolean(L, 5);
+    return fanout_common(L, s, 6, &w);
 }
 
 void redlock_fanout_open(lua_State *L) {
@@ -629,4 +768,6 @@ void redlock_fanout_open(lua_State *L) {
     lua_setfield(L, -2, "fanout");
     lua_pushcfunction(L, core_fanout_eval);
     lua_setfield(L, -2, "fanout_eval");
+    lua_pushcfunction(L, core_fanout_eval_wait);
+    lua_setfield(L, -2, "fanout_eval_wait");
 }

@@ -23,4 +23,13 @@ int redlock_fanout_eval_c(redlock_conn **conns, int n, int timeout_ms, const red
                           const char **argv, size_t *argvlen, int argc, redisReply **replies,
                           int *stale);
 
+/* The same with WAIT (w) after the script on each connection: replies[i]
+ * is the script's reply whenever it came (also when WAIT's did not), and
+ * wreplies[i] WAIT's, or NULL when it did not come (conns[i]->err says
+ * why). The caller frees both. */
+int redlock_fanout_eval_wait_c(redlock_conn **conns, int n, int timeout_ms,
+                               const redlock_script *script, const redlock_wait *w,
+                               const char **argv, size_t *argvlen, int argc, redisReply **replies,
+                               redisReply **wreplies, int *stale);
+
 #endif

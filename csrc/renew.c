@@ -14,8 +14,12 @@
  *   server i has no scripting, and is extended with WATCH/GET/MULTI/SET/
  *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
  *   one after another)
- * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor)
- *                                            -> renewal, id
+ * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
+ *             [, replicas, replica_timeout, aof])  -> renewal, id
+ *   (replicas >= 1 or aof: each extend waits for that many replicas, WAIT
+ *   or WAITAOF in the same write as the script, and counts on a server only
+ *   when they acknowledged: a lock that asked for replicas keeps no
+ *   validity they did not acknowledge)
  * renewer:take_lost() -> {id, ...} | nil     (newly lost since the last call)
  * renewer:stats() -> entries renewing, renewals made, thread running,
  *                    entries in the list (stopped ones not yet unlinked too)
@@ -86,6 +90,8 @@ typedef struct entry {
     size_t keylen, toklen;
     double ttl, interval, drift_factor, expires, hold_until, next_due;
     int quorum;
+    int waits;          /* extends wait for replicas (wait) */
+    redlock_wait wait;
     unsigned long renewals, failures;
     char err[ERRLEN];
 } entry;
@@ -301,6 +307,42 @@ static int extend_value(redlock_conn *c, redisReply *rep, char *err) {
     return v;
 }
 
+/* Whether WAIT's answer w (NULL: it did not come; c->err says why) gives
+ * e the replicas it asked for: 1, or -1 with err saying why not. */
+static int acked_enough(redlock_conn *c, const entry *e, const redisReply *w, char *err) {
+    long long acked, fsynced;
+    if (w == NULL) {
+        snprintf(err, ERRLEN, "%s", c->err);
+        return -1;
+    }
+    if (w->type == REDIS_REPLY_ERROR) {
+        snprintf(err, ERRLEN, "server: %s: %.*s", c->name, (int)(w->len > 160 ? 160 : w->len),
+                 w->str);
+        return -1;
+    }
+    if (redlock_wait_parse(w, &acked, &fsynced) != 0) {
+        snprintf(err, ERRLEN, "server: %s: unexpected reply to WAIT", c->name);
+        return -1;
+    }
+    if (acked >= e->wait.replicas && (!e->wait.aof || fsynced >= 1))
+        return 1;
+    snprintf(err, ERRLEN, "replicas: %s: %lld of %d replicas acknowledged the renewal within %d ms",
+             c->name, acked, e->wait.replicas, e->wait.timeout_ms);
+    return -1;
+}
+
+/* An extend reply with WAIT's (see extend_value and acked_enough): 1 only
+ * when extended and acknowledged. Frees both replies. */
+static int extend_value_wait(redlock_conn *c, const entry *e, redisReply *rep, redisReply *w,
+                             char *err) {
+    int v = extend_value(c, rep, err);
+    if (v == 1)
+        v = acked_enough(c, e, w, err);
+    if (w != NULL)
+        freeReplyObject(w);
+    return v;
+}
+
 /* The extend script's arguments after its name: 1 key, the key, token, ttl. */
 static void extend_args(const char **argv, size_t *len, const entry *e, const char *ttl) {
     argv[2] = "1";
@@ -313,6 +355,46 @@ static void extend_args(const char **argv, size_t *len, const entry *e, const ch
     len[5] = strlen(ttl);
 }
 
+/* extend_on for an entry that waits for replicas: the script and WAIT in
+ * one write. */
+static int extend_on_wait(renewer *r, int i, const entry *e, const char **argv, size_t *len,
+                          char *err) {
+    const redlock_script *script = extend_script;
+    redlock_conn *c = r->conns[i];
+    redisReply *rep = NULL, *w = NULL;
+    int rc = 1, stale = 0, attempt;
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (connect_tracked(r, i, err) != 0)
+            return -1;
+        argv[0] = "EVALSHA";
+        len[0] = 7;
+        argv[1] = script->sha;
+        len[1] = 40;
+        rc = redlock_conn_round_trip_wait(c, 6, argv, len, &e->wait, &rep, &w, &stale);
+        if (rep != NULL && is_noscript(rep)) {
+            freeReplyObject(rep);
+            if (w != NULL)
+                freeReplyObject(w);
+            rep = w = NULL;
+            argv[0] = "EVAL";
+            len[0] = 4;
+            argv[1] = script->source;
+            len[1] = strlen(script->source);
+            rc = redlock_conn_round_trip_wait(c, 6, argv, len, &e->wait, &rep, &w, &stale);
+        }
+        if (conn_fd(c) < 0)
+            untrack(r, i);
+        if (rep != NULL || !stale)
+            break;
+    }
+    if (rep == NULL) {
+        snprintf(err, ERRLEN, "%s", c->err);
+        return -1;
+    }
+    (void)rc; /* rc != 0 with rep: WAIT's reply did not come (w is NULL) */
+    return extend_value_wait(c, e, rep, w, err);
+}
+
 /* The extend script on server i: 1 extended, 0 the token is not there,
  * -1 failed (err says why). A dropped idle connection is retried once. */
 static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
@@ -323,6 +405,8 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
     redisReply *rep = NULL;
     int rc = 1, stale = 0, attempt;
     extend_args(argv, len, e, ttl);
+    if (e->waits)
+        return extend_on_wait(r, i, e, argv, len, err);
     for (attempt = 0; attempt < 2; attempt++) {
         if (connect_tracked(r, i, err) != 0)
             return -1;
@@ -516,7 +600,7 @@ static void track_all(renewer *r) {
  * the sum. Servers whose idle connection the server had closed get one more
  * try. Counts into *yes and *no; err keeps the last failure's message. */
 static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, int *no, char *err) {
-    redisReply *reps[MAX_SERVERS];
+    redisReply *reps[MAX_SERVERS], *wreps[MAX_SERVERS];
     int stale[MAX_SERVERS], n = r->nservers, m = 0, i, k, pass;
     redlock_conn *conns[MAX_SERVERS];
     const char *argv[6];
@@ -525,8 +609,15 @@ static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, in
         conns[m++] = r->conns[i];
     for (pass = 0; pass < 2 && m > 0; pass++) {
         int again = 0;
+        int fail;
         extend_args(argv, len, e, ttl);
-        if (redlock_fanout_eval_c(conns, m, r->timeout_ms, extend_script, argv, len, 6, reps, stale) != 0) {
+        if (e->waits)
+            fail = redlock_fanout_eval_wait_c(conns, m, r->timeout_ms, extend_script, &e->wait, argv,
+                                              len, 6, reps, wreps, stale);
+        else
+            fail = redlock_fanout_eval_c(conns, m, r->timeout_ms, extend_script, argv, len, 6, reps,
+                                         stale);
+        if (fail != 0) {
             snprintf(err, ERRLEN, "renewal: out of memory");
             return;
         }
@@ -540,7 +631,8 @@ static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, in
                 }
                 continue;
             }
-            switch (extend_value(c, reps[k], err)) {
+            switch (e->waits ? extend_value_wait(c, e, reps[k], wreps[k], err)
+                             : extend_value(c, reps[k], err)) {
             case 1: (*yes)++; break;
             case 0: (*no)++; break;
             default: break;
@@ -891,8 +983,11 @@ static int renewer_add(lua_State *L) {
     lua_Number hold = check_ms(L, 6, -1e300);
     lua_Integer quorum = luaL_checkinteger(L, 7);
     lua_Number drift = luaL_checknumber(L, 8);
-    int rc = 0;
+    lua_Integer replicas = luaL_optinteger(L, 9, 0), wait_ms = luaL_optinteger(L, 10, 1000);
+    int aof = lua_toboolean(L, 11), rc = 0;
     luaL_argcheck(L, drift >= 0 && drift < 1, 8, "out of range");
+    luaL_argcheck(L, replicas >= 0 && replicas <= 1000000, 9, "out of range");
+    luaL_argcheck(L, wait_ms >= 1 && wait_ms <= 86400000, 10, "out of range");
     r = open_renewer(L);
     luaL_argcheck(L, quorum >= 1 && quorum <= r->nservers, 7, "out of range");
     h = (renewal_ud *)lua_newuserdata(L, sizeof *h);
@@ -917,6 +1012,10 @@ static int renewer_add(lua_State *L) {
     e->hold_until = hold;
     e->drift_factor = drift;
     e->quorum = (int)quorum;
+    e->waits = replicas > 0 || aof;
+    e->wait.replicas = (int)replicas;
+    e->wait.timeout_ms = (int)wait_ms;
+    e->wait.aof = aof;
     e->next_due = mono_ms() + e->interval;
 
     pthread_mutex_lock(&r->mu);

@@ -8,7 +8,8 @@
 --
 -- Misuse (wrong types, bad options) raises. Run-time outcomes return
 -- `nil, message, code`, code one of: locked, timeout, not owner, no quorum,
--- connection, server, closed; the message starts with the code word.
+-- replicas (fewer replicas than opts.replicas acknowledged the lock's
+-- write), connection, server, closed; the message starts with the code word.
 -- @module redlock
 local core = require "redlock.core"
 local cosocket = require "redlock.cosocket"
@@ -19,6 +20,7 @@ local single = require "redlock.single"
 local quorum = require "redlock.quorum"
 local scripted = require "redlock.scripted"
 local util = require "redlock.util"
+local replicas = require "redlock.replicas"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
@@ -67,7 +69,8 @@ end
 
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
---   drift_factor, mode, connect_timeout, timeout, tls (see README)
+--   drift_factor, mode, connect_timeout, timeout, tls, replicas,
+--   replica_timeout, aof (see README)
 -- @treturn Client
 function _M.new(opts)
     if opts ~= nil and type(opts) ~= "table" then
@@ -75,6 +78,8 @@ function _M.new(opts)
     end
     opts = opts or {}
     local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
+    -- the options themselves when a lock waits for replicas, else false
+    o.rep = replicas.asked(o) and o
     local specs = options.servers(opts.servers, o.tls)
     -- Inside nginx: cosockets where the phase allows, else hiredis
     -- (redlock.cosocket decides per call); elsewhere hiredis' sockets.
@@ -114,7 +119,9 @@ end
 
 local function call_opts(client, fname, opts)
     if opts == nil then return client.opts end
-    return options.check(fname, opts, client.opts, options.CALL)
+    local o = options.check(fname, opts, client.opts, options.CALL)
+    o.rep = replicas.asked(o) and o
+    return o
 end
 
 -- The first attempt: on one server in script mode, the request
@@ -123,11 +130,12 @@ end
 -- than its instructions (the code runs cold after every reply): going
 -- through redlock.single and redlock.scripted cost the cycle 2-3% of the
 -- floor's speed. What the answer means is still theirs.
--- unfenced: fence = false (no counter touched, no fence answered).
-local function first_attempt(client, key, token, ttl, unfenced)
+-- unfenced: fence = false (no counter touched, no fence answered). rep:
+-- the options when the lock waits for replicas (the strategy's way).
+local function first_attempt(client, key, token, ttl, unfenced, rep)
     local server = client.one
-    if not server or server.ops ~= scripted or unfenced then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced)
+    if not server or server.ops ~= scripted or unfenced or rep then
+        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep)
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
     local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
@@ -138,9 +146,18 @@ local function first_attempt(client, key, token, ttl, unfenced)
     return single.acquired(server, scripted.answer(server, key, taken, v, marked))
 end
 
+-- A lock that replicas acknowledged too late: its validity ran out while
+-- WAIT waited. Released; nil, message, "replicas".
+local function too_late(client, key, token, o, acked)
+    local msg = format("replicas: %d replicas acknowledged %s after its validity ran out"
+        .. " (replica_timeout %d ms, ttl %d ms)", acked, show_key(key), o.replica_timeout, o.ttl)
+    return nil, replicas.released(msg, client.strategy.release(client, key, token)), "replicas"
+end
+
 -- A lock taken at t0 (before the request), with its renewal, re-entrant
--- hold or on_lost when asked for (redlock.hold).
-local function taken(client, key, token, fence, o, renew, t0)
+-- hold or on_lost when asked for (redlock.hold). acked: how many replicas
+-- acknowledged it (o.rep), else nil.
+local function taken(client, key, token, fence, o, renew, t0, acked)
     local ttl = o.ttl
     local lock = setmetatable({
         key = key,
@@ -155,7 +172,14 @@ local function taken(client, key, token, fence, o, renew, t0)
         -- rehash of the table then
         renewal = false,
         renewal_id = false,
+        -- replicas that acknowledged the write that gave its validity; 0
+        -- when none was waited for
+        replicas = acked or 0,
     }, Lock)
+    if acked then
+        if lock.expires <= now() then return too_late(client, key, token, o, acked) end
+        lock.rep = o -- its extends wait for replicas too
+    end
     if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
     return lock
 end
@@ -172,7 +196,7 @@ end
 -- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
 -- newcomer beats waits again with what is left of its budget.
 local function retry(client, key, o, wait, renew, token, start, pttl, where)
-    local strategy, ttl, unfenced = client.strategy, o.ttl, not o.fence
+    local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals announce it to the releases, which then
     -- wake it (waiting: ms it may wait at most; redlock.notify); refused by
@@ -217,8 +241,8 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
                 end
             end
         end
-        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced)
-        if ok then return taken(client, key, token, v2, o, renew, t0) end
+        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced, rep)
+        if ok then return taken(client, key, token, v2, o, renew, t0, where2) end
         if ok == false then
             v, where = v2, where2
         elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
@@ -238,8 +262,8 @@ local function acquire(client, key, o, wait, renew)
         if lock or err then return lock, err, code end
     end
     local token, start = new_token(), now()
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence)
-    if ok then return taken(client, key, token, v, o, renew, start) end
+    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep)
+    if ok then return taken(client, key, token, v, o, renew, start, where) end
     if ok == nil then return failed(key, v, where) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where) end
     -- a strategy may say why other than "locked" (Redlock: no quorum)
@@ -255,9 +279,11 @@ end
 --- Takes the lock on `key`, waiting up to `opts.wait` ms.
 -- @tparam string key
 -- @tparam[opt] table opts ttl, wait, retry_delay, retry_jitter, notify,
---   renew (default false here), max_hold, on_lost, reentrant, owner
+--   renew (default false here), max_hold, on_lost, reentrant, owner,
+--   replicas, replica_timeout, aof
 -- @treturn Lock|nil the lock, or nil, message, code
---   (timeout, locked when wait is 0, connection, server, closed, no quorum)
+--   (timeout, locked when wait is 0, replicas, connection, server, closed,
+--   no quorum)
 function Client:acquire(key, opts)
     if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
@@ -384,6 +410,12 @@ end
 -- write to the protected resource, which rejects writes with a smaller one.
 -- @field fence
 
+--- How many replicas acknowledged the write that gave the lock its
+-- validity (opts.replicas: WAIT, or WAITAOF with opts.aof; Redlock: the
+-- smallest count among the servers that granted it). 0 when the lock did
+-- not ask (replicas = 0 and aof false): nothing was waited for.
+-- @field replicas
+
 --- Milliseconds of validity left, as this client knows it: counted from
 -- before the acquire, last extend or last background renewal request was
 -- sent, less the drift allowance. Never below 0; 0 once known lost.
@@ -425,10 +457,12 @@ function Lock:extend(ttl)
     dispatch(client)
     if self.released then return not_owner(self, "this client", "already released") end
     local t0 = now()
-    local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl)
+    local rep = self.rep
+    local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl, rep)
     if ok then
         self.expires = expiry(client, t0, ttl)
         self.ttl = ttl
+        if rep then self.replicas = where end
         hold.extended(self)
         return true
     end
@@ -436,6 +470,12 @@ function Lock:extend(ttl)
         self.expires = 0
         hold.found_gone(self)
         return not_owner(self, where, "it expired or was taken over")
+    end
+    if code == "replicas" then
+        -- not acknowledged: the validity stays what the last acknowledged
+        -- write gave (the master may hold the key longer)
+        return nil, format("%s (extending %s; the lock keeps its previous validity)", where,
+            show_key(self.key)), code
     end
     return nil, format("%s (extending %s)", where, show_key(self.key)), code
 end

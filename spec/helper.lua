@@ -260,9 +260,12 @@ function _M.start_replica(master, opts)
     if master.password then config[#config + 1] = "masterauth " .. master.password end
     for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
     local replica = _M.start_server({ password = opts.password, config = config })
-    assert(_M.eventually(10000, function()
-        return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true)
-    end), "the replica's link to its master did not come up")
+    replica.master = master
+    if not _M.eventually(10000, function()
+        return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+    end) then
+        error("the replica on port " .. replica.port .. " did not connect to its master")
+    end
     return replica
 end
 

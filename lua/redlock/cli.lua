@@ -56,6 +56,11 @@ Options ([VARIABLE]: the same from the environment; options win):
   -m, --mode MODE    auto, script or legacy (default auto) [REDLOCK_MODE]
       --connect-timeout MS   (default 1000) [REDLOCK_CONNECT_TIMEOUT]
       --timeout MS   for each Redis command (default 1000) [REDLOCK_TIMEOUT]
+      --replicas N   acquire and extend wait until N replicas have the lock
+                     (WAIT), and fail (releasing it) if they do not
+                     (default 0: no wait) [REDLOCK_REPLICAS]
+      --replica-timeout MS   how long that waits (default 1000)
+                     [REDLOCK_REPLICA_TIMEOUT]
   -k, --kill-on-lost if the lock is lost, SIGTERM CMD (SIGKILL 5 s later);
                      on Linux CMD also gets SIGTERM if redlock dies
                      [REDLOCK_KILL_ON_LOST=1]
@@ -87,7 +92,8 @@ Exit status:
   1        not acquired: held elsewhere, or --wait ran out (see -E);
            status: KEY is free; release, extend: TOKEN does not hold KEY
   64       bad usage
-  69       Redis unreachable, or too few servers answered (no quorum)
+  69       Redis unreachable, too few servers answered (no quorum), or
+           too few replicas acknowledged (--replicas)
   70       internal error
   71       could not start CMD (fork failed)
   75       the lock was lost while CMD ran
@@ -105,6 +111,8 @@ local function make_client(cfg)
         mode = cfg.mode,
         connect_timeout = cfg.connect_timeout,
         timeout = cfg.timeout,
+        replicas = cfg.replicas,
+        replica_timeout = cfg.replica_timeout,
         tls = cfg.tls,
     })
     if not ok then
@@ -153,7 +161,8 @@ local function by_token(ctx, op)
     if op == "release" then
         ok, where, word = client.strategy.release(client, cfg.key, cfg.token)
     else
-        ok, where, word = client.strategy.extend(client, cfg.key, cfg.token, client.opts.ttl)
+        ok, where, word = client.strategy.extend(client, cfg.key, cfg.token, client.opts.ttl,
+            client.opts.rep)
     end
     if ok then return codes.OK end
     if ok == false then

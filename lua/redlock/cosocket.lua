@@ -17,7 +17,7 @@ local ngx_sentinel = require "redlock.ngx_sentinel"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
-local core_fanout_eval = core.fanout_eval
+local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
 local now = core.now
 local setmetatable, select, type, error, tostring, ipairs, pcall =
     setmetatable, select, type, error, tostring, ipairs, pcall
@@ -160,11 +160,10 @@ local function keep_reader(self, r)
     if #readers < MAX_READERS then readers[#readers + 1] = r end
 end
 
--- Sends one request and reads one reply: true, reply values (a server
--- error is nil, message, "server"); or nil, error text of the socket.
-local function exchange(sock, rd, req)
-    local sent, err = sock:send(req)
-    if not sent then return nil, err end
+-- Reads the next reply: true, reply values (a server error is nil,
+-- message, "server"); or nil, error text of the socket.
+local function next_reply(sock, rd)
+    local err
     while true do
         local v, msg, code = rd:get()
         if v ~= false then return true, v, msg, code end
@@ -173,6 +172,23 @@ local function exchange(sock, rd, req)
         if not data then return nil, err end
         rd:feed(data)
     end
+end
+
+-- Sends one request and reads one reply (as next_reply).
+local function exchange(sock, rd, req)
+    local sent, err = sock:send(req)
+    if not sent then return nil, err end
+    return next_reply(sock, rd)
+end
+
+-- WAIT's answer (replica acknowledgement, redlock.replicas) as the C
+-- core's conn:eval_wait gives it: acked, fsynced (-1: WAIT); or nil.
+local function wait_counts(v)
+    if type(v) == "number" then return v, -1 end
+    if type(v) == "table" and type(v[1]) == "number" and type(v[2]) == "number" then
+        return v[2], v[1]
+    end
+    return nil
 end
 
 local function io_failure(self, err, doing, limit)
@@ -296,7 +312,12 @@ end
 -- one). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
 -- source on the same connection (nkeys and the rest are the script's
 -- arguments). tmo: a fan-out's time limit (see connect), or nil.
-local function attempt(self, cmd, req, tmo, script, nkeys, ...)
+-- w: { req = the encoded WAIT, ms = how much longer its reply may take }
+-- sent in the same write as req (replica acknowledgement), or nil; the
+-- script's reply is then followed by WAIT's: {acked, fsynced}, or a
+-- message when WAIT failed (an error reply, or the connection after the
+-- script's reply).
+local function attempt(self, cmd, req, tmo, w, script, nkeys, ...)
     local co = running()
     local pinned = self.pinned
     local sock = pinned[co]
@@ -319,10 +340,41 @@ local function attempt(self, cmd, req, tmo, script, nkeys, ...)
             return nil, err, code, retry == true
         end
     end
-    local ok, v, msg
-    ok, v, msg, code = exchange(sock, rd, req)
-    if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
-        ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...))
+    local ok, v, msg, wres
+    if w then
+        limit = limit + w.ms
+        sock:settimeouts(limit, limit, limit)
+        ok, v, msg, code = exchange(sock, rd, req .. w.req)
+        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+            ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
+            if ok then
+                ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...) .. w.req)
+            end
+        end
+        if ok and v ~= nil then
+            local wok, wv, wmsg, wcode = next_reply(sock, rd)
+            if not wok then
+                pinned[co] = nil
+                sock:close()
+                return v, io_failure(self, wv, "waiting for WAIT's reply", limit)
+            end
+            local acked, fsynced = wait_counts(wv)
+            if acked then
+                wres = { acked, fsynced }
+            elseif wv == nil and wcode == "server" then
+                wres = format("server: %s: %s", self.name, sub(wmsg, 1, 200))
+            else
+                wres = format("server: %s: unexpected reply to WAIT", self.name)
+            end
+        elseif ok and v == nil and code == "server" then
+            local wok, werr = next_reply(sock, rd) -- WAIT's, after the script's error
+            if not wok then ok, v = nil, werr end
+        end
+    else
+        ok, v, msg, code = exchange(sock, rd, req)
+        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+            ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...))
+        end
     end
     if not ok then
         pinned[co] = nil
@@ -356,7 +408,7 @@ local function attempt(self, cmd, req, tmo, script, nkeys, ...)
     if v == nil then
         return nil, format("server: %s: %s", self.name, sub(msg, 1, 200)), "server"
     end
-    return v
+    return v, wres
 end
 
 local function command_name(first)
@@ -376,7 +428,7 @@ local function command(self, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:command(...) end
     local req = encode(...) -- raises on bad arguments, before any I/O
-    return attempt(self, command_name((...)), req, nil)
+    return attempt(self, command_name((...)), req, nil, nil)
 end
 
 local function check_script(name, nkeys, n)
@@ -393,7 +445,13 @@ local function eval(self, script, name, nkeys, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:eval(name, nkeys, ...) end
     local req = encode("EVALSHA", script.sha, nkeys, ...)
-    return attempt(self, nil, req, nil, script, nkeys, ...)
+    return attempt(self, nil, req, nil, nil, script, nkeys, ...)
+end
+
+-- The encoded WAIT (or WAITAOF) of replica acknowledgement.
+local function wait_request(replicas, ms, aof)
+    if aof then return { req = encode("WAITAOF", 1, replicas, ms), ms = ms + 100 } end
+    return { req = encode("WAIT", replicas, ms), ms = ms + 100 }
 end
 
 -- What other modules reach as server.conn (legacy mode sends the commands
@@ -421,6 +479,24 @@ end
 
 function Conn:eval_values(name, nkeys, ...)
     return spread(self:eval(name, nkeys, ...))
+end
+
+-- core.conn's eval_wait (see csrc/conn.c): the script and WAIT in one
+-- write. acked, fsynced, values... | false, message, values... | nil,
+-- message, code, stale.
+local function waited(v, wres, ...)
+    if v == nil then return v, wres, ... end
+    if type(wres) == "table" then return wres[1], wres[2], spread(v) end
+    return false, wres, spread(v)
+end
+
+function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
+    local server = self.server
+    local script = check_script(name, nkeys, select("#", ...))
+    if server.closed then return closed() end
+    if not yieldable() then return fallback(server).conn:eval_wait(name, replicas, ms, aof, nkeys, ...) end
+    local req = encode("EVALSHA", script.sha, nkeys, ...)
+    return waited(attempt(server, nil, req, nil, wait_request(replicas, ms, aof), script, nkeys, ...))
 end
 
 --- Whether a connection is open for this caller now: in cosocket phases,
@@ -540,9 +616,40 @@ function Server:eval(name, nkeys, ...)
 end
 
 -- One server's part of a fan-out, in its own light thread.
-local function fan_one(server, tmo, script, nkeys, ...)
+local function fan_one(server, tmo, w, script, nkeys, ...)
     if server.closed then return closed() end
-    return attempt(server, nil, encode("EVALSHA", script.sha, nkeys, ...), tmo, script, nkeys, ...)
+    return attempt(server, nil, encode("EVALSHA", script.sha, nkeys, ...), tmo, w, script, nkeys, ...)
+end
+
+-- The light threads of a fan-out (see fanout_eval); w: WAIT with the
+-- script (fanout_eval_wait), then acks and fsyncs are returned too.
+local function fanout_run(conns, timeout, w, script, nkeys, ...)
+    local n = #conns
+    local threads, vals, errs, codes, flags = {}, {}, {}, {}, {}
+    local acks, fsyncs = {}, {}
+    for i = 1, n do
+        threads[i] = ngx.thread.spawn(fan_one, conns[i].server, timeout, w, script, nkeys, ...)
+    end
+    for i = 1, n do
+        local ok, v, err, code, stale, timed_out = ngx.thread.wait(threads[i])
+        if not ok then -- the thread raised: v is the error
+            errs[i], codes[i] = format("connection: %s: %s", conns[i].server.name, tostring(v)), "connection"
+        elseif v ~= nil then
+            vals[i] = v
+            if w then
+                if type(err) == "table" then
+                    acks[i], fsyncs[i] = err[1], err[2]
+                else
+                    acks[i] = err
+                end
+            end
+        else
+            errs[i], codes[i] = err, code
+            flags[i] = (timed_out and "timeout") or (stale and "stale") or nil
+        end
+    end
+    if w then return vals, errs, codes, flags, acks, fsyncs end
+    return vals, errs, codes, flags
 end
 
 --- Redlock's fan-out (core.fanout_eval's contract, see csrc/fanout.c) for
@@ -559,22 +666,20 @@ function _M.fanout_eval(conns, timeout, name, nkeys, ...)
         for i = 1, n do blocking_conns[i] = fallback(conns[i].server).conn end
         return core_fanout_eval(blocking_conns, timeout, name, nkeys, ...)
     end
-    local threads, vals, errs, codes, flags = {}, {}, {}, {}, {}
-    for i = 1, n do
-        threads[i] = ngx.thread.spawn(fan_one, conns[i].server, timeout, script, nkeys, ...)
+    return fanout_run(conns, timeout, nil, script, nkeys, ...)
+end
+
+--- core.fanout_eval_wait's contract (csrc/fanout.c) for this transport:
+-- fanout_eval with WAIT (or WAITAOF) after the script on each server.
+function _M.fanout_eval_wait(conns, timeout, replicas, ms, aof, name, nkeys, ...)
+    local n = #conns
+    local script = check_script(name, nkeys, select("#", ...))
+    if not yieldable() then
+        local blocking_conns = {}
+        for i = 1, n do blocking_conns[i] = fallback(conns[i].server).conn end
+        return core_fanout_eval_wait(blocking_conns, timeout, replicas, ms, aof, name, nkeys, ...)
     end
-    for i = 1, n do
-        local ok, v, err, code, stale, timed_out = ngx.thread.wait(threads[i])
-        if not ok then -- the thread raised: v is the error
-            errs[i], codes[i] = format("connection: %s: %s", conns[i].server.name, tostring(v)), "connection"
-        elseif v ~= nil then
-            vals[i] = v
-        else
-            errs[i], codes[i] = err, code
-            flags[i] = (timed_out and "timeout") or (stale and "stale") or nil
-        end
-    end
-    return vals, errs, codes, flags
+    return fanout_run(conns, timeout, wait_request(replicas, ms, aof), script, nkeys, ...)
 end
 
 --- Renews `lock` from nginx timers: a token-checked extend every `every`

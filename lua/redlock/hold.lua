@@ -102,8 +102,16 @@ local function start_renewal(lock, max_hold, t0)
         client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
     end
     local n = #client.servers
-    local h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
-        floor(n / 2) + 1, client.drift_factor)
+    -- a lock that waits for replicas (lock.rep) renews the same way
+    local rep = lock.rep
+    local h, id
+    if rep then
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
+            floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof)
+    else
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
+            floor(n / 2) + 1, client.drift_factor)
+    end
     lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
 end

@@ -491,8 +491,17 @@ end
 ---------------------------------------------------------------------------
 -- The ops interface (see redlock.scripted).
 
+-- Replica acknowledgement (opts.replicas, aof) rides on the scripts: the
+-- WAIT goes in the same write as the script. Legacy mode's several
+-- commands have no such write: it says so rather than lock unacknowledged.
+local function no_replicas(server)
+    return nil, format("server: %s: replicas and aof need script mode (legacy mode cannot wait"
+        .. " for replicas)", server.name), "server"
+end
+
 local function op(name)
-    return function(server, key, token, ttl)
+    return function(server, key, token, ttl, rep)
+        if rep and name == "extend" then return no_replicas(server) end
         local caps, err, code = _M.caps(server)
         if not caps then return nil, err, code end
         local impl = caps.watch and guarded or bare
@@ -507,7 +516,9 @@ end
 --- true, fence | false, pttl (another holder; -1: no expiry) | nil, err, code
 -- (waiting and again: notified waiting's, which legacy mode does not do;
 -- unfenced: fence = false, no counter touched and fence 0.)
-function _M.acquire(server, key, token, ttl, _, _, unfenced)
+-- rep: replica acknowledgement, which legacy mode refuses.
+function _M.acquire(server, key, token, ttl, _, _, unfenced, rep)
+    if rep then return no_replicas(server) end
     local caps, err, code = _M.caps(server)
     if not caps then return nil, err, code end
     local impl = caps.watch and guarded or bare

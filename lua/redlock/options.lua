@@ -20,6 +20,9 @@ _M.DEFAULTS = {
     keepalive_timeout = 60000,
     pool_size = 32,
     fence = true,
+    replicas = 0,
+    replica_timeout = 1000,
+    aof = false,
 }
 
 local function bad(fname, name, expected, value)
@@ -61,6 +64,13 @@ end
 function checks.timeout(fname, name, v)
     if type(v) ~= "number" or v < 1 or v ~= floor(v) or v > 86400000 then
         bad(fname, name, "integer from 1 to 86400000 (ms)", v)
+    end
+    return v
+end
+
+function checks.replicas(fname, name, v)
+    if type(v) ~= "number" or v < 0 or v ~= floor(v) or v > 1000000 then
+        bad(fname, name, "integer from 0 to 1000000", v)
     end
     return v
 end
@@ -111,6 +121,12 @@ _M.CALL = {
     retry_jitter = checks.non_negative,
     -- false: no fence (lock.fence is nil, no counter is touched)
     fence = checks.boolean,
+    -- replica acknowledgement (redlock.replicas): WAIT replicas
+    -- replica_timeout with the lock's write; aof: WAITAOF 1 replicas
+    -- replica_timeout (Redis 7.2+)
+    replicas = checks.replicas,
+    replica_timeout = checks.timeout,
+    aof = checks.boolean,
 }
 
 --- Options only redlock.new takes (servers is parsed apart).

@@ -17,6 +17,7 @@ local core = require "redlock.core"
 local scripted = require "redlock.scripted"
 local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
+local replicas = require "redlock.replicas"
 
 local now = core.now
 local fence_key = scripted.fence_key
@@ -79,9 +80,13 @@ end
 -- position in list: st (true | false | nil), v (the value, or the error
 -- message), codes and flags ("timeout") of the failures. A connection that
 -- the server had closed while idle is retried once on a fresh one.
-local function ask(client, list, timeout, name, interpret, seq, ...)
+-- rep: the options of a lock that waits for replicas (redlock.replicas):
+-- WAIT goes with the script to each server, and a server where the script
+-- wrote (st true) but too few replicas acknowledged counts as failed (code
+-- "replicas"); acked[j] is the count where it was enough.
+local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     local servers = client.servers
-    local st, v, codes, flags = {}, {}, {}, {}
+    local st, v, codes, flags, acked, waitfail = {}, {}, {}, {}, {}, {}
     local conns, pos = {}, {}
     for j, i in ipairs(list) do
         if fanout_ops(servers[i]) then
@@ -92,7 +97,14 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
     if #conns > 0 then
         -- the transport's fan-out: poll() over hiredis, or nginx light threads
         local fanout_eval = client.transport.fanout_eval
-        local vals, errs, cods, flgs = fanout_eval(conns, timeout, name, ...)
+        local fanout_wait = client.transport.fanout_eval_wait
+        local function send(cs, ...)
+            if rep then
+                return fanout_wait(cs, timeout, rep.replicas, rep.replica_timeout, rep.aof, name, ...)
+            end
+            return fanout_eval(cs, timeout, name, ...)
+        end
+        local vals, errs, cods, flgs, acks, fsyncs = send(conns, ...)
         local again, at
         for k = 1, #conns do
             if flgs[k] == "stale" then
@@ -101,9 +113,10 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
             end
         end
         if again then
-            local v2, e2, c2, f2 = fanout_eval(again, timeout, name, ...)
+            local v2, e2, c2, f2, a2, s2 = send(again, ...)
             for m, k in ipairs(at) do
                 vals[k], errs[k], cods[k], flgs[k] = v2[m], e2[m], c2[m], f2[m]
+                if rep then acks[k], fsyncs[k] = a2[m], s2[m] end
             end
         end
         for k = 1, #conns do
@@ -112,6 +125,23 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
                 local server = servers[list[j]]
                 if server.ops == detect then server.ops = scripted end
                 st[j], v[j], codes[j] = interpret(server, vals[k])
+                if rep then
+                    local a = acks[k]
+                    local msg, code
+                    if type(a) == "string" then
+                        msg, code = replicas.wait_failed(server.name, rep, a)
+                    else
+                        msg, code = replicas.shortfall(server.name, rep, a, fsyncs[k],
+                            "the write"), "replicas"
+                    end
+                    -- (a refusal stays one, unless WAIT itself failed)
+                    if msg and (st[j] or type(a) == "string") then
+                        st[j], v[j], codes[j] = nil, msg, code
+                        waitfail[j] = true
+                    elseif st[j] then
+                        acked[j] = a
+                    end
+                end
             else
                 st[j], v[j], codes[j], flags[j] = nil, errs[k], cods[k], flgs[k]
             end
@@ -119,12 +149,17 @@ local function ask(client, list, timeout, name, interpret, seq, ...)
     end
     for j, i in ipairs(list) do
         local server = servers[i]
-        if not fanout_ops(server) or (codes[j] == "server" and server.mode == "auto") then
-            st[j], v[j], codes[j] = seq(server)
-            flags[j] = nil
+        if not fanout_ops(server) or (codes[j] == "server" and server.mode == "auto"
+            and not waitfail[j]) then
+            local a, b, c = seq(server)
+            st[j], v[j], codes[j], flags[j] = a, b, c, nil
+            if a and rep then -- acquire: true, fence, acked; extend: true, acked
+                acked[j] = name == "acquire" and c or b
+                codes[j] = nil
+            end
         end
     end
-    return st, v, codes, flags
+    return st, v, codes, flags, acked
 end
 
 -- Connection failures (timeouts included) put a server in back-off.
@@ -225,14 +260,14 @@ local function sync_fence(client, key, live, st, fence, timeout)
     end
     local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
         function(server) return legacy.raise_fence(server, fence_key(key, client.slot_fences), fence) end,
-        1, fence_key(key, client.slot_fences), format("%d", fence))
+        nil, 1, fence_key(key, client.slot_fences), format("%d", fence))
     mark_down(client, granted, fst, fcodes, now())
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
 
 local function release_on(client, list, key, token, timeout)
     local st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
-        function(server) return server:release(key, token) end, 1, key, token)
+        function(server) return server:release(key, token) end, nil, 1, key, token)
     mark_down(client, list, st, codes, now())
     return st, v, codes, flags
 end
@@ -258,21 +293,25 @@ end
 -- refused by a majority of other holders: split votes, too slow)
 -- | nil, err, "no quorum" (failures leave fewer than a majority).
 -- unfenced: fence = false (no counter touched anywhere, no fence raise).
-function _M.acquire(client, key, token, ttl, _, _, unfenced)
+-- rep: the options of a lock that waits for replicas: a server counts
+-- toward the majority only if enough of its replicas acknowledged; a lock
+-- taken answers true, fence, acked (the smallest count among the servers
+-- that granted it).
+function _M.acquire(client, key, token, ttl, _, _, unfenced, rep)
     local n = #client.servers
     local q = _M.quorum(n)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
     local ttl_s = format("%d", ttl)
-    local function fallback(server) return server:acquire(key, token, ttl, nil, nil, unfenced) end
-    local st, v, codes, flags
+    local function fallback(server) return server:acquire(key, token, ttl, nil, nil, unfenced, rep) end
+    local st, v, codes, flags, acked
     if unfenced then
-        st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply, fallback,
-            1, key, token, ttl_s)
+        st, v, codes, flags, acked = ask(client, live, timeout, "acquire", acquire_reply, fallback,
+            rep, 1, key, token, ttl_s)
     else
-        st, v, codes, flags = ask(client, live, timeout, "acquire", acquire_reply, fallback,
-            2, key, fence_key(key, client.slot_fences), token, ttl_s)
+        st, v, codes, flags, acked = ask(client, live, timeout, "acquire", acquire_reply, fallback,
+            rep, 2, key, fence_key(key, client.slot_fences), token, ttl_s)
     end
     local t1 = now()
     mark_down(client, live, st, codes, t1)
@@ -280,13 +319,14 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced)
     local elapsed = t1 - t0
     local granted, held = count(live, st)
     if granted >= q and ttl - elapsed - drift > 0 then
-        local fence = 0
+        local fence, least = 0, nil
         for j = 1, #live do
             if st[j] and v[j] > fence then fence = v[j] end
+            if st[j] and rep and (least == nil or acked[j] < least) then least = acked[j] end
         end
         -- the fence goes back to the servers that granted it: the next
         -- majority shares one of them, and counts past it
-        if unfenced then return true, fence end
+        if unfenced then return true, fence, least end
         local synced, detail = sync_fence(client, key, live, st, fence, timeout)
         t1 = now()
         elapsed = t1 - t0
@@ -295,7 +335,7 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced)
             return nil, format("no quorum: granted by %d of %d servers, but the fence reached %d, %d needed"
                 .. " (%s)", granted, n, synced, q, detail), "no quorum"
         end
-        if ttl - elapsed - drift > 0 then return true, fence end
+        if ttl - elapsed - drift > 0 then return true, fence, least end
     end
     -- Failed: take back what we got, on every server asked, those that
     -- timed out included (the request may have landed).
@@ -310,6 +350,12 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced)
                 floor(elapsed), ttl, detail), "no quorum"
     end
     local msg = format("no quorum: granted by %d of %d servers, %d needed (%s)", granted, n, q, detail)
+    for j = 1, #live do
+        -- a setting the servers cannot serve is said as such, not as a vote
+        if codes[j] == "server" and find(v[j], "WAITAOF needs", 1, true) then
+            return nil, v[j] .. " (" .. msg .. ")", "server"
+        end
+    end
     if granted + held >= q then
         -- split votes between contenders: worth another try after a delay
         return false, -1, which(client, live, st, false), msg, "no quorum"
@@ -343,20 +389,27 @@ end
 
 --- Extends the key where it still holds our token; true only on a majority
 -- within the new validity. When a majority no longer holds it, our copies
--- left on the others are deleted too.
-function _M.extend(client, key, token, ttl)
+-- left on the others are deleted too. rep: as for acquire (true, acked).
+function _M.extend(client, key, token, ttl, rep)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
-    local st, v, codes, flags = ask(client, live, timeout, "extend", flag_reply,
-        function(server) return server:extend(key, token, ttl) end,
-        1, key, token, format("%d", ttl))
+    local st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
+        function(server) return server:extend(key, token, ttl, rep) end,
+        rep, 1, key, token, format("%d", ttl))
     local t1 = now()
     mark_down(client, live, st, codes, t1)
     local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
     if ok then
         local elapsed = t1 - t0
-        if ttl - elapsed - (ttl * client.drift_factor + 2) > 0 then return true end
+        if ttl - elapsed - (ttl * client.drift_factor + 2) > 0 then
+            if not rep then return true end
+            local least
+            for j = 1, #live do
+                if st[j] and (least == nil or acked[j] < least) then least = acked[j] end
+            end
+            return true, least
+        end
         return nil, format("no quorum: extending took %d ms, more than the validity of a %d ms ttl",
             floor(elapsed), ttl), "no quorum"
     end

@@ -3,6 +3,7 @@
 -- compare-and-delete, compare-and-PEXPIRE. Internal.
 local util = require "redlock.util"
 local notify = require "redlock.notify"
+local replicas = require "redlock.replicas"
 
 local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, next_key, handoff_key, waiters_key =
@@ -31,14 +32,81 @@ local function eval_values(conn, ...)
     return a, b, c
 end
 
+-- conn:eval_wait (the script and WAIT in one write), sent once more on a
+-- connection the server had dropped. Returns acked, fsynced, values... |
+-- false, message, values... (WAIT failed) | nil, message, code.
+local function eval_wait(conn, rep, name, nkeys, ...)
+    local a, b, c, d, e = conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
+    if a == nil and d then -- stale
+        return conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
+    end
+    return a, b, c, d, e
+end
+
+-- What an acknowledged write (the script's answer `r` is 1 when it wrote)
+-- comes to: true, acked | nil, message, code when WAIT failed or too few
+-- acknowledged (then undo() takes the write back, if it wrote).
+local function acknowledged(server, rep, wrote, acked, fsynced, what, undo)
+    local msg, code
+    if acked == false then
+        msg, code = replicas.wait_failed(server.name, rep, fsynced)
+    else
+        msg, code = replicas.shortfall(server.name, rep, acked, fsynced, what), "replicas"
+        if not msg then return true, acked end
+    end
+    if wrote and undo then return nil, replicas.released(msg, undo()), code end
+    return nil, msg, code
+end
+
+-- acquire with rep (replica acknowledgement): as _M.acquire, with WAIT in
+-- the same write; a lock taken but not acknowledged is released (fail
+-- closed). true, fence, acked | false, pttl | nil, err, code.
+local function acquire_acked(server, key, token, ttl, waiting, again, unfenced, rep)
+    local conn, ttl_s = server.conn, ms_string(ttl)
+    local acked, fsynced, taken, v, marked
+    if not waiting then
+        if unfenced then
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 1, key, token, ttl_s)
+        else
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 2, key,
+                fence_key(key, server.slot_fences), token, ttl_s)
+        end
+    else
+        local nkey, wkey = next_key(key), waiters_key(key)
+        if unfenced and again then
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 3, key, nkey, wkey, token,
+                ttl_s, waiting, again)
+        elseif unfenced then
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 3, key, nkey, wkey, token,
+                ttl_s, waiting)
+        elseif again then
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 4, key, nkey, wkey,
+                fence_key(key, server.slot_fences), token, ttl_s, waiting, again)
+        else
+            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 4, key, nkey, wkey,
+                fence_key(key, server.slot_fences), token, ttl_s, waiting)
+        end
+    end
+    if acked == nil then return nil, fsynced, taken end -- the script did not answer
+    local wrote = taken == 1 and v ~= nil
+    if acked ~= false and not wrote then return _M.answer(server, key, taken, v, marked) end
+    local ok, n, code = acknowledged(server, rep, wrote, acked, fsynced, "the lock",
+        function() return _M.release(server, key, token) end)
+    if ok then return true, v, n end
+    return nil, n, code
+end
+
 -- waiting (a string of ms): the caller may wait that long for a release
 -- (notified waiting): a refusal then adds it to the waiters the releases
 -- wake. again: nil on its first attempt, "1" on later ones (it leaves the
 -- waiters when it gets the lock), "2" when it has waited long and asks to
 -- be marked next for `waiting` ms; the mark is remembered on server for
 -- notify.wait. unfenced: no fence is asked for (fence = false): the script
--- touches no counter, and the fence answered is 0.
-function _M.acquire(server, key, token, ttl, waiting, again, unfenced)
+-- touches no counter, and the fence answered is 0. rep: the options of a
+-- lock that waits for replicas (redlock.replicas), else nil; a lock taken
+-- then answers true, fence, acked.
+function _M.acquire(server, key, token, ttl, waiting, again, unfenced, rep)
+    if rep then return acquire_acked(server, key, token, ttl, waiting, again, unfenced, rep) end
     -- the script answers {1, fence} (taken) or {0, pttl, marked} (refused),
     -- as values; a failure is nil, message, code (, stale)
     local conn, ttl_s = server.conn, ms_string(ttl)
@@ -115,7 +183,16 @@ function _M.release_waking(server, key, token)
     return r == 1
 end
 
-function _M.extend(server, key, token, ttl)
+-- rep: as for acquire; an extend that replicas did not acknowledge is
+-- not undone (the key keeps the new ttl on the master) but fails with
+-- "replicas": the lock keeps the validity it had (see redlock.lua).
+function _M.extend(server, key, token, ttl, rep)
+    if rep then
+        local acked, fsynced, r = eval_wait(server.conn, rep, "extend", 1, key, token, ms_string(ttl))
+        if acked == nil then return nil, fsynced, r end
+        if r ~= 1 then return false end
+        return acknowledged(server, rep, true, acked, fsynced, "the extension", nil)
+    end
     local r, err, code = server:eval("extend", 1, key, token, ms_string(ttl))
     if r == nil then return nil, err, code end
     return r == 1

@@ -80,14 +80,18 @@ Server.noted = noted
 
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
--- waiting, again (optional): see redlock.scripted.
-function Server:acquire(key, token, ttl, waiting, again, unfenced)
-    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again, unfenced))
+-- waiting, again (optional): see redlock.scripted. rep: replica
+-- acknowledgement (redlock.replicas): a lock taken answers true, fence,
+-- acked.
+function Server:acquire(key, token, ttl, waiting, again, unfenced, rep)
+    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again, unfenced, rep))
 end
 --- true | false (not ours any more) | nil, err, code
 function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end
---- true | false (not ours any more) | nil, err, code
-function Server:extend(key, token, ttl) return noted(self, self.ops.extend(self, key, token, ttl)) end
+--- true[, acked] | false (not ours any more) | nil, err, code
+function Server:extend(key, token, ttl, rep)
+    return noted(self, self.ops.extend(self, key, token, ttl, rep))
+end
 
 --- Waits for a release of key, at most ms: true when it waited (notified
 -- waiting), nil when these ops cannot and the caller must sleep. (since,
@@ -117,5 +121,7 @@ _M.sleep = core.sleep
 --- How this transport asks several servers at once (redlock.quorum):
 -- poll() over their hiredis connections.
 _M.fanout_eval = core.fanout_eval
+--- The same with WAIT after the script (replica acknowledgement).
+_M.fanout_eval_wait = core.fanout_eval_wait
 
 return _M

@@ -1,11 +1,14 @@
 --- The single-instance strategy: one server decides. Internal.
 -- A strategy answers for a whole client:
---   acquire(client, key, token, ttl [, waiting, again, unfenced])
---                                     -> true, fence
+--   acquire(client, key, token, ttl [, waiting, again, unfenced, rep])
+--                                     -> true, fence[, acked]
 --                                     | false, pttl, where  (another holder)
 --                                     | nil, err, code
 --   release(client, key, token)      -> true | false, where | nil, err, code
---   extend(client, key, token, ttl)  -> true | false, where | nil, err, code
+--   extend(client, key, token, ttl [, rep])
+--                                     -> true[, acked] | false, where | nil, err, code
+--   (rep: the options of a lock that waits for replicas, redlock.replicas;
+--   acked: how many acknowledged its write)
 --   wait(client, key, ms, since)     -> true (waited for a release, or ms)
 --                                     | nil (cannot: the caller sleeps)
 --                                     (optional: without it, acquire polls)
@@ -16,7 +19,7 @@ local _M = { name = "single" }
 --- The outcome of server's acquire operation as this strategy answers it:
 -- a refusal names the server, an error gets the mode note.
 local function acquired(server, ok, v, code)
-    if ok then return true, v end
+    if ok then return true, v, code end -- (code: acked, with rep)
     if ok == false then return false, v, server:where() end
     return server:noted(ok, v, code)
 end
@@ -34,9 +37,9 @@ _M.released = released
 -- (The server's operations are called directly, as Server:acquire would;
 -- redlock.lua makes the uncontended requests of a script-mode server
 -- itself, see its acquire.)
-function _M.acquire(client, key, token, ttl, waiting, again, unfenced)
+function _M.acquire(client, key, token, ttl, waiting, again, unfenced, rep)
     local server = client.servers[1]
-    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again, unfenced))
+    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again, unfenced, rep))
 end
 
 function _M.release(client, key, token)
@@ -44,9 +47,9 @@ function _M.release(client, key, token)
     return released(server, server.ops.release(server, key, token))
 end
 
-function _M.extend(client, key, token, ttl)
+function _M.extend(client, key, token, ttl, rep)
     local server = client.servers[1]
-    local ok, err, code = server:extend(key, token, ttl)
+    local ok, err, code = server:extend(key, token, ttl, rep)
     if ok == false then return false, server:where() end
     return ok, err, code
 end

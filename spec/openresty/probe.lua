@@ -187,6 +187,32 @@ function _M.renew()
     ngx.say("handle_lost=", tostring(handle.lost))
 end
 
+--- GET /replicas?ports=P1[,P2,P3]&key=K&n=N&ms=T[&aof=1]: a client over
+-- those servers (one: single server; three: Redlock) that waits for N
+-- replicas (replica_timeout T) takes lock K, extends it and releases it;
+-- answers replicas= (lock.replicas), extend=, release=, or code and err.
+function _M.replicas()
+    local args = ngx.req.get_uri_args()
+    local servers = {}
+    for port in args.ports:gmatch("%d+") do
+        servers[#servers + 1] = { host = counter.redis.host, port = tonumber(port) }
+    end
+    local c = redlock.new { servers = servers, replicas = tonumber(args.n),
+        replica_timeout = tonumber(args.ms), aof = args.aof ~= nil, server_timeout = 500 }
+    local lock, err, code = c:try_acquire(args.key)
+    if not lock then
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+        return
+    end
+    ngx.say("replicas=", lock.replicas)
+    local ok, eerr = lock:extend()
+    ngx.say("extend=", ok and "ok" or eerr)
+    ngx.say("extended_replicas=", lock.replicas)
+    local rok, rerr = lock:release()
+    ngx.say("release=", rok and "ok" or rerr)
+end
+
 --- GET /renewing: whether the last renewal of this worker still runs.
 function _M.renewing()
     ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))

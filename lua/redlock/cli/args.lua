@@ -20,6 +20,8 @@ local SPECS = {
     mode = { "m", "MODE", "REDLOCK_MODE" },
     ["connect-timeout"] = { nil, "MS", "REDLOCK_CONNECT_TIMEOUT" },
     timeout = { nil, "MS", "REDLOCK_TIMEOUT" },
+    replicas = { nil, "N", "REDLOCK_REPLICAS" },
+    ["replica-timeout"] = { nil, "MS", "REDLOCK_REPLICA_TIMEOUT" },
     ["kill-on-lost"] = { "k", nil, "REDLOCK_KILL_ON_LOST" },
     ["conflict-exit-code"] = { "E", "N", "REDLOCK_CONFLICT_EXIT_CODE" },
     quiet = { "q", nil, "REDLOCK_QUIET" },
@@ -218,7 +220,8 @@ end
 --- Parses the words after the program name. getenv(name) reads the
 -- environment. Returns {help = true}, {version = true} or the command:
 -- {command, key, cmd | token, servers, ttl, wait, mode, connect_timeout,
--- timeout, kill_on_lost, conflict_code, quiet, tls}; unset numbers are nil (the
+-- timeout, replicas, replica_timeout, kill_on_lost, conflict_code, quiet,
+-- tls}; unset numbers are nil (the
 -- library's defaults apply). Raises {usage = message}.
 function _M.parse(args, getenv)
     local raw, pos = split(args)
@@ -252,6 +255,13 @@ function _M.parse(args, getenv)
     cfg.wait = ms_option(raw, getenv, "wait", 0, MAX_MS)
     cfg.connect_timeout = ms_option(raw, getenv, "connect-timeout", 1, 86400000)
     cfg.timeout = ms_option(raw, getenv, "timeout", 1, 86400000)
+    cfg.replica_timeout = ms_option(raw, getenv, "replica-timeout", 1, 86400000)
+    local replicas, rfrom = lookup(raw, getenv, "replicas")
+    if replicas ~= nil then
+        local n = match(replicas, "^%d+$") and tonumber(replicas)
+        if not n or n > 1000000 then usage("%s: expected 0 to 1000000, got '%s'", rfrom, replicas) end
+        cfg.replicas = n
+    end
     local mode, from = lookup(raw, getenv, "mode")
     if mode ~= nil and mode ~= "auto" and mode ~= "script" and mode ~= "legacy" then
         usage("%s: expected auto, script or legacy, got '%s'", from, mode)

@@ -7,7 +7,7 @@ local _M = {
     CONFLICT = 1,        -- not acquired: held elsewhere, or waited --wait (-E changes it)
     NO = 1,              -- status: free; release/extend: that token does not hold the key
     USAGE = 64,          -- EX_USAGE
-    UNAVAILABLE = 69,    -- EX_UNAVAILABLE: Redis unreachable, no quorum
+    UNAVAILABLE = 69,    -- EX_UNAVAILABLE: Redis unreachable, no quorum, too few replicas
     SOFTWARE = 70,       -- EX_SOFTWARE: a bug in redlock
     OSERR = 71,          -- EX_OSERR: could not fork, pipe or wait
     LOST = 75,           -- EX_TEMPFAIL: the lock was lost while CMD ran
@@ -28,7 +28,7 @@ end
 function _M.of(msg, word, conflict)
     if word == "locked" or word == "timeout" then return conflict or _M.CONFLICT end
     if word == "not owner" then return _M.NO end
-    if word == "connection" or word == "no quorum" then return _M.UNAVAILABLE end
+    if word == "connection" or word == "no quorum" or word == "replicas" then return _M.UNAVAILABLE end
     if word == "server" then
         return refused(msg or "") and _M.NOPERM or _M.PROTOCOL
     end
