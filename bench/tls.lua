@@ -1,18 +1,24 @@
---- Benchmark: the uncontended acquire+release cycle over TLS, as a ratio to
--- the same cycle without TLS on the same redis-server (its plain port),
--- measured in the same run in interleaved rounds; and the same for Redlock
--- over 3 servers. Connections are made once (warm-up): this is the cost of
--- the encryption on each round trip, not of the handshake.
+--- Benchmark: the uncontended acquire+release cycle over TLS, as ratios of
+-- medians measured in one run, in interleaved rounds, against the same
+-- redis-servers: redlock over TLS vs redlock without TLS (their plain
+-- port), and vs the C floor over TLS (bench/tls_floor.c: SET NX PX, then
+-- the compare-and-delete script, over OpenSSL; FLOOR_MODE=cycle for the
+-- library's own two scripts); the same for Redlock over 3 servers. The
+-- cycles run on connections made once (warm-up): the cost of the
+-- encryption on each round trip. Then the first call of a new client
+-- (connect and handshake included), single and Redlock x3.
 -- Starts its own redis-servers with certificates made by openssl
 -- (spec/helper.lua) and stops them at the end.
---   make bench-tls     (CYCLES=500 ROUNDS=9)
+--   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 FLOOR_MODE=setnx)
 local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
 
 local now, format = core.now, string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
-local CYCLES, ROUNDS = env("CYCLES", 500), env("ROUNDS", 9)
+local CYCLES, ROUNDS, FIRST = env("CYCLES", 500), env("ROUNDS", 9), env("FIRST", 10)
+local FLOOR = os.getenv("REDLOCK_TLS_FLOOR") or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
+local FLOOR_MODE = os.getenv("FLOOR_MODE") or "setnx"
 
 local function cycle_us(client, key, n)
     local t0 = now()
@@ -29,33 +35,80 @@ local certs = helper.tls_certs()
 local servers = { helper.start_tls_server(certs), helper.start_tls_server(certs),
                   helper.start_tls_server(certs) }
 local tls = { ca_file = certs.ca }
-local plain_urls, tls_urls = {}, {}
+local plain_urls, tls_urls, plain_hp, tls_hp = {}, {}, {}, {}
 for i, s in ipairs(servers) do
     plain_urls[i], tls_urls[i] = s:url(), s:tls_url()
+    plain_hp[i], tls_hp[i] = "127.0.0.1:" .. s.port, "127.0.0.1:" .. s.tls_port
 end
+
+-- the C floor in a process of its own: its own loop's time per cycle
+local function floor_us(hostports, over_tls, key)
+    local out = helper.read_cmd(format("%s -n %d -w 50 -k %s %s %s %s 2>&1", FLOOR, CYCLES, key,
+        over_tls and ("-c " .. helper.quote(certs.ca)) or "-P", FLOOR_MODE, table.concat(hostports, " ")))
+    return assert(tonumber(out:match("ns_per_op=([%d.]+)")), "tls_floor: " .. out) / 1000
+end
+local function floor_case(hostports, over_tls)
+    return function(key) return floor_us(hostports, over_tls, key) end
+end
+local function redlock_case(client)
+    return function(key) return cycle_us(client, key, CYCLES) end
+end
+
 local clients = {
-    { "single, plain", redlock.new { servers = { plain_urls[1] } } },
-    { "single, TLS", redlock.new { servers = { tls_urls[1] }, tls = tls } },
-    { "Redlock x3, plain", redlock.new { servers = plain_urls, server_timeout = 1000 } },
-    { "Redlock x3, TLS", redlock.new { servers = tls_urls, tls = tls, server_timeout = 1000 } },
+    redlock.new { servers = { plain_urls[1] } },
+    redlock.new { servers = { tls_urls[1] }, tls = tls },
+    redlock.new { servers = plain_urls, server_timeout = 1000 },
+    redlock.new { servers = tls_urls, tls = tls, server_timeout = 1000 },
 }
-local results = {}
-for i, c in ipairs(clients) do
-    cycle_us(c[2], "bench:tls:" .. i, 20) -- connections, handshakes, script caches
-    results[i] = {}
+local cases = {
+    { "single, redlock plain", redlock_case(clients[1]) },
+    { "single, redlock TLS", redlock_case(clients[2]) },
+    { "single, C floor plain", floor_case({ plain_hp[1] }, false) },
+    { "single, C floor TLS", floor_case({ tls_hp[1] }, true) },
+    { "Redlock x3, redlock plain", redlock_case(clients[3]) },
+    { "Redlock x3, redlock TLS", redlock_case(clients[4]) },
+    { "Redlock x3, C floor plain", floor_case(plain_hp, false) },
+    { "Redlock x3, C floor TLS", floor_case(tls_hp, true) },
+}
+
+-- a new client's first acquire+release: connections and handshakes included
+local function first_ms(urls)
+    local c = redlock.new { servers = urls, tls = tls, server_timeout = 1000 }
+    local t0 = now()
+    local lock = assert(c:acquire("bench:tls:first"))
+    assert(lock:release())
+    local ms = now() - t0
+    c:close()
+    return ms
 end
+local firsts = { { "single, TLS", { tls_urls[1] } }, { "Redlock x3, TLS", tls_urls } }
+
+for i, c in ipairs(clients) do cycle_us(c, "bench:tls:" .. i, 20) end -- connections, script caches
+local results = {}
+for i = 1, #cases do results[i] = {} end
+for i = 1, #firsts do firsts[i][3] = {} end
 for _ = 1, ROUNDS do
-    for i, c in ipairs(clients) do
-        results[i][#results[i] + 1] = cycle_us(c[2], "bench:tls:" .. i, CYCLES)
+    for i, c in ipairs(cases) do
+        results[i][#results[i] + 1] = c[2]("bench:tls:" .. i)
+    end
+    for _, f in ipairs(firsts) do
+        for _ = 1, FIRST do f[3][#f[3] + 1] = first_ms(f[2]) end
     end
 end
-print(format("TLS vs plain, uncontended acquire+release (median of %d rounds of %d cycles)",
-    ROUNDS, CYCLES))
+print(format("TLS, uncontended acquire+release (median of %d rounds of %d cycles; C floor: %s)",
+    ROUNDS, CYCLES, FLOOR_MODE == "setnx" and "SET NX PX + compare-and-delete" or "acquire + release scripts"))
 local med = {}
-for i, c in ipairs(clients) do
+for i, c in ipairs(cases) do
     med[i] = median(results[i])
-    print(format("  %-18s %8.1f us/cycle", c[1], med[i]))
-    c[2]:close()
+    print(format("  %-26s %8.1f us/cycle", c[1], med[i]))
 end
-print(format("  ratio TLS/plain: single %.2fx, Redlock x3 %.2fx", med[2] / med[1], med[4] / med[3]))
+for _, c in ipairs(clients) do c:close() end
+for _, p in ipairs { { "single", 0 }, { "Redlock x3", 4 } } do
+    local o = p[2]
+    print(format("  %-10s redlock TLS / redlock plain %.2fx, redlock TLS / C floor TLS %.2fx, " ..
+        "C floor TLS / C floor plain %.2fx", p[1], med[o + 2] / med[o + 1], med[o + 2] / med[o + 4],
+        med[o + 4] / med[o + 3]))
+end
+print(format("First call of a new client, connect and TLS handshakes included (median of %d)", ROUNDS * FIRST))
+for _, f in ipairs(firsts) do print(format("  %-26s %8.2f ms", f[1], median(f[3]))) end
 helper.stop_all()
