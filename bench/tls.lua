@@ -17,7 +17,8 @@ local core = require "redlock.core"
 local now, format = core.now, string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
 local CYCLES, ROUNDS, FIRST = env("CYCLES", 500), env("ROUNDS", 9), env("FIRST", 10)
-local FLOOR = os.getenv("REDLOCK_TLS_FLOOR") or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
+local FLOOR = os.getenv("REDLOCK_TLS_FLOOR")
+    or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
 local FLOOR_MODE = os.getenv("FLOOR_MODE") or "setnx"
 
 local function cycle_us(client, key, n)
@@ -95,8 +96,8 @@ for _ = 1, ROUNDS do
         for _ = 1, FIRST do f[3][#f[3] + 1] = first_ms(f[2]) end
     end
 end
-print(format("TLS, uncontended acquire+release (median of %d rounds of %d cycles; C floor: %s)",
-    ROUNDS, CYCLES, FLOOR_MODE == "setnx" and "SET NX PX + compare-and-delete" or "acquire + release scripts"))
+print(format("TLS, uncontended acquire+release (median of %d rounds of %d cycles; C floor: %s)", ROUNDS,
+    CYCLES, FLOOR_MODE == "setnx" and "SET NX PX + compare-and-delete" or "acquire + release scripts"))
 local med = {}
 for i, c in ipairs(cases) do
     med[i] = median(results[i])
@@ -109,6 +110,7 @@ for _, p in ipairs { { "single", 0 }, { "Redlock x3", 4 } } do
         "C floor TLS / C floor plain %.2fx", p[1], med[o + 2] / med[o + 1], med[o + 2] / med[o + 4],
         med[o + 4] / med[o + 3]))
 end
-print(format("First call of a new client, connect and TLS handshakes included (median of %d)", ROUNDS * FIRST))
+print(format("First call of a new client, connect and TLS handshakes included (median of %d)",
+    ROUNDS * FIRST))
 for _, f in ipairs(firsts) do print(format("  %-26s %8.2f ms", f[1], median(f[3]))) end
 helper.stop_all()
