@@ -173,7 +173,7 @@ bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy
 
 # The cycle over TLS against the same without TLS and against the C floor
 # over TLS (bench/tls.lua, bench/tls_floor.c).
-bench-tls: build $(BENCH_BIN)/tls_floor
+bench-tls: build $(BENCH_BIN)/tls_floor $(BENCH_BIN)/delay_proxy
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) \
 	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/tls.lua; rc=$$?; \

@@ -6,10 +6,12 @@
 -- library's own two scripts); the same for Redlock over 3 servers. The
 -- cycles run on connections made once (warm-up): the cost of the
 -- encryption on each round trip. Then the first call of a new client
--- (connect and handshake included), single and Redlock x3.
+-- (connect and handshakes included), single and Redlock x3, on loopback and
+-- behind bench/delay_proxy.c (RTT_US, default 2000: a network, where
+-- handshakes made one after the other would cost a round trip each).
 -- Starts its own redis-servers with certificates made by openssl
 -- (spec/helper.lua) and stops them at the end.
---   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 FLOOR_MODE=setnx)
+--   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 FLOOR_MODE=setnx RTT_US=2000)
 local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
@@ -20,6 +22,8 @@ local CYCLES, ROUNDS, FIRST = env("CYCLES", 500), env("ROUNDS", 9), env("FIRST",
 local FLOOR = os.getenv("REDLOCK_TLS_FLOOR")
     or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
 local FLOOR_MODE = os.getenv("FLOOR_MODE") or "setnx"
+local RTT_US = env("RTT_US", 2000)
+local BIN = (os.getenv("REDLOCK_BUILD") or "build") .. "/bench"
 
 local function cycle_us(client, key, n)
     local t0 = now()
@@ -72,6 +76,29 @@ local cases = {
     { "Redlock x3, C floor TLS", floor_case(tls_hp, true) },
 }
 
+-- A delay proxy in front of each port (one process each, as each server
+-- has its own network path); returns its ports.
+local function start_proxies(ports, one_way_us)
+    local out = {}
+    for i, port in ipairs(ports) do
+        local dir = helper.fresh_dir("proxy")
+        os.execute(format("sh -c '%s/delay_proxy %d 900 %d >%s/out 2>&1 & echo $! >%s/pid'",
+            BIN, one_way_us, port, dir, dir))
+        for _ = 1, 250 do
+            out[i] = tonumber(helper.read_cmd("cat " .. dir .. "/out 2>/dev/null"):match("^ports (%d+)"))
+            if out[i] then break end
+            helper.sleep(20)
+        end
+        assert(out[i], "the delay proxy did not start: " .. helper.read_cmd("cat " .. dir .. "/out"))
+    end
+    return out
+end
+local delayed = {}
+for i, p in ipairs(start_proxies({ servers[1].tls_port, servers[2].tls_port, servers[3].tls_port },
+    math.floor(RTT_US / 2))) do
+    delayed[i] = format("rediss://127.0.0.1:%d", p)
+end
+
 -- a new client's first acquire+release: connections and handshakes included
 local function first_ms(urls)
     local c = redlock.new { servers = urls, tls = tls, server_timeout = 1000 }
@@ -82,7 +109,9 @@ local function first_ms(urls)
     c:close()
     return ms
 end
-local firsts = { { "single, TLS", { tls_urls[1] } }, { "Redlock x3, TLS", tls_urls } }
+local firsts = { { "single, TLS", { tls_urls[1] } }, { "Redlock x3, TLS", tls_urls },
+    { format("single, TLS, RTT %d us", RTT_US), { delayed[1] } },
+    { format("Redlock x3, TLS, RTT %d us", RTT_US), delayed } }
 
 for i, c in ipairs(clients) do cycle_us(c, "bench:tls:" .. i, 20) end -- connections, script caches
 local results = {}

@@ -48,7 +48,7 @@
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
 
-enum { S_DONE, S_CONNECTING, S_WRITING, S_READING };
+enum { S_DONE, S_CONNECTING, S_HANDSHAKE, S_WRITING, S_READING };
 enum { RC_OK, RC_CONNECTION, RC_SERVER, RC_CLOSED };
 enum { F_NONE, F_TIMEOUT, F_STALE };
 
@@ -63,6 +63,7 @@ typedef struct {
     int setup;     /* AUTH/SELECT replies still due before ours */
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
+    int want;      /* S_HANDSHAKE: POLLIN or POLLOUT */
     int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
 } slot;
@@ -166,6 +167,30 @@ static void start_connect(slot *s) {
     s->state = S_CONNECTING;
 }
 
+/* A TLS handshake failed: u->err already says why, with the code word. */
+static void failed_tls(slot *s) {
+    s->rc = RC_CONNECTION;
+    s->flag = F_NONE;
+    s->state = S_DONE;
+    redlock_conn_drop(s->u);
+}
+
+static void do_write(slot *s);
+
+/* The handshake goes on as far as it can without blocking; once done, the
+ * queued AUTH/SELECT and the command are written. */
+static void step_handshake(slot *s) {
+    int r = redlock_tls_continue(s->u);
+    if (r < 0) {
+        failed_tls(s);
+    } else if (r > 0) {
+        s->want = r;
+    } else {
+        s->state = S_WRITING;
+        do_write(s);
+    }
+}
+
 /* The socket became writable: the connect finished, well or not. The
  * connection is then made what conn.c expects: blocking, with its timeout
  * (this file reads and writes with MSG_DONTWAIT, whatever the mode). */
@@ -193,6 +218,16 @@ static void finish_connect(slot *s) {
             fail(s, RC_CONNECTION, F_NONE, "could not set the timeout (%s)", c->errstr);
             return;
         }
+    }
+    if (s->u->tls != NULL) {
+        /* the handshake, side by side with the other servers' */
+        if (redlock_tls_begin(s->u) != 0) {
+            failed_tls(s);
+            return;
+        }
+        s->state = S_HANDSHAKE;
+        step_handshake(s);
+        return;
     }
     s->state = S_WRITING;
 }
@@ -313,19 +348,7 @@ static void start(batch *b, slot *s) {
         return;
     }
     redlock_conn_forget_inherited(u);
-    if (u->ctx == NULL && u->tls != NULL) {
-        /* TLS: connected and handshaken one server at a time, within its
-         * connect timeout (conn.c); the round trips still go in parallel */
-        int rc = redlock_conn_ensure(u);
-        s->reused = 0;
-        if (rc != 0) {
-            s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
-            s->flag = F_NONE;
-            s->state = S_DONE;
-            return;
-        }
-        s->state = S_WRITING;
-    } else if (u->ctx == NULL) {
+    if (u->ctx == NULL) {
         start_connect(s);
         if (s->state == S_DONE)
             return;
@@ -342,11 +365,19 @@ static void start(batch *b, slot *s) {
 }
 
 static void time_out(slot *s) {
+    if (s->state == S_HANDSHAKE) {
+        redlock_tls_timed_out(s->u, s->limit_ms);
+        failed_tls(s);
+        s->flag = F_TIMEOUT;
+        return;
+    }
     fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
          s->state == S_CONNECTING ? "connecting"
          : s->state == S_WRITING  ? "sending"
                                   : "waiting for a reply");
 }
+
+static int u_tls(const slot *s) { return s->u->tls != NULL; }
 
 static void run(batch *b, struct pollfd *pfds, int *which) {
     double t0 = now_ms();
@@ -354,9 +385,11 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
     for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
         start(b, s);
-        /* A connection made now needs one more round trip (the handshake,
-         * with AUTH and SELECT queued ahead of the command). */
-        s->limit_ms = s->reused ? b->timeout_ms : 2 * b->timeout_ms;
+        /* A connection made now needs one more round trip (the TCP
+         * handshake, with AUTH and SELECT queued ahead of the command), and
+         * one more for TLS's (TLS 1.3; the servers' handshakes run side by
+         * side, each within its own limit). */
+        s->limit_ms = s->reused ? b->timeout_ms : (u_tls(s) ? 3 : 2) * b->timeout_ms;
     }
     for (;;) {
         int k = 0, r, j;
@@ -374,7 +407,9 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
             if (left < 0 || mine < left)
                 left = mine;
             pfds[k].fd = s->u->ctx->fd;
-            pfds[k].events = s->state == S_READING ? POLLIN : POLLOUT;
+            pfds[k].events = (short)(s->state == S_READING     ? POLLIN
+                                     : s->state == S_HANDSHAKE ? s->want
+                                                               : POLLOUT);
             pfds[k].revents = 0;
             which[k++] = i;
         }
@@ -395,6 +430,8 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
                 continue;
             if (s->state == S_CONNECTING)
                 finish_connect(s);
+            else if (s->state == S_HANDSHAKE)
+                step_handshake(s);
             if (s->state == S_WRITING)
                 do_write(s);
             else if (s->state == S_READING)

@@ -268,6 +268,28 @@ describe("TLS only (no plaintext port)", function()
         whole_api(c, servers)
     end)
 
+    it("Redlock: a frozen server, or a plaintext one, costs its own handshake only: the others grant the lock",
+        function()
+        -- the handshakes run side by side: one server that never answers
+        -- must not hold back the others' until their time is up
+        local frozen = helper.start_tls_server(certs, { tls_only = true })
+        local plaintext = helper.start_server()
+        frozen:freeze()
+        for _, first in ipairs { frozen:tls_url(), "rediss://127.0.0.1:" .. plaintext.port } do
+            local c = redlock.new { servers = { first, others[1]:tls_url(), others[2]:tls_url() },
+                                    tls = { ca_file = certs.ca }, connect_timeout = 2000 }
+            local key = helper.key("tls")
+            local lock, err = c:try_acquire(key)
+            assert.is_truthy(lock, err)
+            assert.equal(lock.token, others[1]:cli("GET", key))
+            assert.equal(lock.token, others[2]:cli("GET", key))
+            assert.is_true(lock:release())
+            c:close()
+        end
+        frozen:stop()
+        plaintext:stop()
+    end)
+
     -- a connection error naming the server and the reason
     local function refused(c, port, reason, code)
         local lock, err, got = c:try_acquire(helper.key("tls"))
