@@ -1,9 +1,10 @@
 --- Benchmark: the uncontended acquire+release cycle over TLS, as ratios of
 -- medians measured in one run, in interleaved rounds, against the same
 -- redis-servers: redlock over TLS vs redlock without TLS (their plain
--- port), and vs the C floor over TLS (bench/tls_floor.c: SET NX PX, then
--- the compare-and-delete script, over OpenSSL; FLOOR_MODE=cycle for the
--- library's own two scripts); the same for Redlock over 3 servers. The
+-- port), and vs the C floor over TLS (bench/tls_floor.c over OpenSSL: SET
+-- NX PX, then the compare-and-delete script; and the library's own acquire
+-- and release scripts, bench/floor.c's fair floor); the same for Redlock
+-- over 3 servers. The
 -- cycles run on connections made once (warm-up): the cost of the
 -- encryption on each round trip. Then the first call of a new client
 -- (connect and handshakes included), single and Redlock x3, on loopback and
@@ -11,7 +12,7 @@
 -- handshakes made one after the other would cost a round trip each).
 -- Starts its own redis-servers with certificates made by openssl
 -- (spec/helper.lua) and stops them at the end.
---   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 FLOOR_MODE=setnx RTT_US=2000)
+--   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 RTT_US=2000)
 local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
@@ -21,7 +22,6 @@ local function env(name, default) return tonumber(os.getenv(name)) or default en
 local CYCLES, ROUNDS, FIRST = env("CYCLES", 500), env("ROUNDS", 9), env("FIRST", 10)
 local FLOOR = os.getenv("REDLOCK_TLS_FLOOR")
     or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
-local FLOOR_MODE = os.getenv("FLOOR_MODE") or "setnx"
 local RTT_US = env("RTT_US", 2000)
 local BIN = (os.getenv("REDLOCK_BUILD") or "build") .. "/bench"
 
@@ -47,13 +47,13 @@ for i, s in ipairs(servers) do
 end
 
 -- the C floor in a process of its own: its own loop's time per cycle
-local function floor_us(hostports, over_tls, key)
+local function floor_us(hostports, over_tls, mode, key)
     local out = helper.read_cmd(format("%s -n %d -w 50 -k %s %s %s %s 2>&1", FLOOR, CYCLES, key,
-        over_tls and ("-c " .. helper.quote(certs.ca)) or "-P", FLOOR_MODE, table.concat(hostports, " ")))
+        over_tls and ("-c " .. helper.quote(certs.ca)) or "-P", mode, table.concat(hostports, " ")))
     return assert(tonumber(out:match("ns_per_op=([%d.]+)")), "tls_floor: " .. out) / 1000
 end
-local function floor_case(hostports, over_tls)
-    return function(key) return floor_us(hostports, over_tls, key) end
+local function floor_case(hostports, over_tls, mode)
+    return function(key) return floor_us(hostports, over_tls, mode, key) end
 end
 local function redlock_case(client)
     return function(key) return cycle_us(client, key, CYCLES) end
@@ -65,15 +65,18 @@ local clients = {
     redlock.new { servers = plain_urls, server_timeout = 1000 },
     redlock.new { servers = tls_urls, tls = tls, server_timeout = 1000 },
 }
+-- five per topology, in this order (the ratios below count on it)
 local cases = {
     { "single, redlock plain", redlock_case(clients[1]) },
     { "single, redlock TLS", redlock_case(clients[2]) },
-    { "single, C floor plain", floor_case({ plain_hp[1] }, false) },
-    { "single, C floor TLS", floor_case({ tls_hp[1] }, true) },
+    { "single, C SET NX plain", floor_case({ plain_hp[1] }, false, "setnx") },
+    { "single, C SET NX TLS", floor_case({ tls_hp[1] }, true, "setnx") },
+    { "single, C scripts TLS", floor_case({ tls_hp[1] }, true, "cycle") },
     { "Redlock x3, redlock plain", redlock_case(clients[3]) },
     { "Redlock x3, redlock TLS", redlock_case(clients[4]) },
-    { "Redlock x3, C floor plain", floor_case(plain_hp, false) },
-    { "Redlock x3, C floor TLS", floor_case(tls_hp, true) },
+    { "Redlock x3, C SET NX plain", floor_case(plain_hp, false, "setnx") },
+    { "Redlock x3, C SET NX TLS", floor_case(tls_hp, true, "setnx") },
+    { "Redlock x3, C scripts TLS", floor_case(tls_hp, true, "cycle") },
 }
 
 -- A delay proxy in front of each port (one process each, as each server
@@ -125,19 +128,19 @@ for _ = 1, ROUNDS do
         for _ = 1, FIRST do f[3][#f[3] + 1] = first_ms(f[2]) end
     end
 end
-print(format("TLS, uncontended acquire+release (median of %d rounds of %d cycles; C floor: %s)", ROUNDS,
-    CYCLES, FLOOR_MODE == "setnx" and "SET NX PX + compare-and-delete" or "acquire + release scripts"))
+print(format("TLS, uncontended acquire+release (median of %d rounds of %d cycles; C floors: SET NX PX + "
+    .. "compare-and-delete, and the acquire and release scripts)", ROUNDS, CYCLES))
 local med = {}
 for i, c in ipairs(cases) do
     med[i] = median(results[i])
     print(format("  %-26s %8.1f us/cycle", c[1], med[i]))
 end
 for _, c in ipairs(clients) do c:close() end
-for _, p in ipairs { { "single", 0 }, { "Redlock x3", 4 } } do
+for _, p in ipairs { { "single", 0 }, { "Redlock x3", 5 } } do
     local o = p[2]
-    print(format("  %-10s redlock TLS / redlock plain %.2fx, redlock TLS / C floor TLS %.2fx, " ..
-        "C floor TLS / C floor plain %.2fx", p[1], med[o + 2] / med[o + 1], med[o + 2] / med[o + 4],
-        med[o + 4] / med[o + 3]))
+    print(format("  %s: redlock TLS / redlock plain %.2fx; redlock TLS / C floor TLS %.2fx (SET NX), "
+        .. "%.2fx (scripts); C SET NX TLS / plain %.2fx", p[1], med[o + 2] / med[o + 1],
+        med[o + 2] / med[o + 4], med[o + 2] / med[o + 5], med[o + 4] / med[o + 3]))
 end
 print(format("First call of a new client, connect and TLS handshakes included (median of %d)",
     ROUNDS * FIRST))
