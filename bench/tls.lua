@@ -4,35 +4,26 @@
 -- port), and vs the C floor over TLS (bench/tls_floor.c over OpenSSL: SET
 -- NX PX, then the compare-and-delete script; and the library's own acquire
 -- and release scripts, bench/floor.c's fair floor); the same for Redlock
--- over 3 servers. The
--- cycles run on connections made once (warm-up): the cost of the
--- encryption on each round trip. Then the first call of a new client
+-- over 3 servers. Each side runs in a process of its own
+-- (bench/tls_case.lua, the floor's binary), its cycles on connections made
+-- once (warm-up): the cost of the encryption on each round trip. Then the first call of a new client
 -- (connect and handshakes included), single and Redlock x3, on loopback and
 -- behind bench/delay_proxy.c (RTT_US, default 2000: a network, where
 -- handshakes made one after the other would cost a round trip each).
 -- Starts its own redis-servers with certificates made by openssl
 -- (spec/helper.lua) and stops them at the end.
---   make bench-tls     (CYCLES=500 ROUNDS=9 FIRST=10 RTT_US=2000)
+--   make bench-tls     (CYCLES=1000 ROUNDS=9 FIRST=10 RTT_US=2000)
 local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
 
 local now, format = core.now, string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
-local CYCLES, ROUNDS, FIRST = env("CYCLES", 500), env("ROUNDS", 9), env("FIRST", 10)
+local CYCLES, ROUNDS, FIRST = env("CYCLES", 1000), env("ROUNDS", 9), env("FIRST", 10)
 local FLOOR = os.getenv("REDLOCK_TLS_FLOOR")
     or ((os.getenv("REDLOCK_BUILD") or "build") .. "/bench/tls_floor")
 local RTT_US = env("RTT_US", 2000)
 local BIN = (os.getenv("REDLOCK_BUILD") or "build") .. "/bench"
-
-local function cycle_us(client, key, n)
-    local t0 = now()
-    for _ = 1, n do
-        local lock = assert(client:acquire(key))
-        assert(lock:release())
-    end
-    return (now() - t0) * 1000 / n
-end
 
 local median = helper.median
 
@@ -47,33 +38,34 @@ for i, s in ipairs(servers) do
 end
 
 -- the C floor in a process of its own: its own loop's time per cycle
-local function floor_us(hostports, over_tls, mode, key)
-    local out = helper.read_cmd(format("%s -n %d -w 50 -k %s %s %s %s 2>&1", FLOOR, CYCLES, key,
-        over_tls and ("-c " .. helper.quote(certs.ca)) or "-P", mode, table.concat(hostports, " ")))
-    return assert(tonumber(out:match("ns_per_op=([%d.]+)")), "tls_floor: " .. out) / 1000
+local function us_per_op(cmd)
+    local out = helper.read_cmd(cmd .. " 2>&1")
+    return assert(tonumber(out:match("ns_per_op=([%d.]+)")), cmd .. ": " .. out) / 1000
 end
+local WARMUP = 100
 local function floor_case(hostports, over_tls, mode)
-    return function(key) return floor_us(hostports, over_tls, mode, key) end
+    return function(key)
+        return us_per_op(format("%s -n %d -w %d -k %s %s %s %s", FLOOR, CYCLES, WARMUP, key,
+            over_tls and ("-c " .. helper.quote(certs.ca)) or "-P", mode, table.concat(hostports, " ")))
+    end
 end
-local function redlock_case(client)
-    return function(key) return cycle_us(client, key, CYCLES) end
+local function redlock_case(urls, over_tls)
+    return function(key)
+        local unpack = table.unpack or unpack
+        return us_per_op(helper.lua_cmd("bench/tls_case.lua", CYCLES, WARMUP, key,
+            over_tls and certs.ca or "-", unpack(urls)))
+    end
 end
 
-local clients = {
-    redlock.new { servers = { plain_urls[1] } },
-    redlock.new { servers = { tls_urls[1] }, tls = tls },
-    redlock.new { servers = plain_urls, server_timeout = 1000 },
-    redlock.new { servers = tls_urls, tls = tls, server_timeout = 1000 },
-}
 -- five per topology, in this order (the ratios below count on it)
 local cases = {
-    { "single, redlock plain", redlock_case(clients[1]) },
-    { "single, redlock TLS", redlock_case(clients[2]) },
+    { "single, redlock plain", redlock_case({ plain_urls[1] }, false) },
+    { "single, redlock TLS", redlock_case({ tls_urls[1] }, true) },
     { "single, C SET NX plain", floor_case({ plain_hp[1] }, false, "setnx") },
     { "single, C SET NX TLS", floor_case({ tls_hp[1] }, true, "setnx") },
     { "single, C scripts TLS", floor_case({ tls_hp[1] }, true, "cycle") },
-    { "Redlock x3, redlock plain", redlock_case(clients[3]) },
-    { "Redlock x3, redlock TLS", redlock_case(clients[4]) },
+    { "Redlock x3, redlock plain", redlock_case(plain_urls, false) },
+    { "Redlock x3, redlock TLS", redlock_case(tls_urls, true) },
     { "Redlock x3, C SET NX plain", floor_case(plain_hp, false, "setnx") },
     { "Redlock x3, C SET NX TLS", floor_case(tls_hp, true, "setnx") },
     { "Redlock x3, C scripts TLS", floor_case(tls_hp, true, "cycle") },
@@ -116,7 +108,6 @@ local firsts = { { "single, TLS", { tls_urls[1] } }, { "Redlock x3, TLS", tls_ur
     { format("single, TLS, RTT %d us", RTT_US), { delayed[1] } },
     { format("Redlock x3, TLS, RTT %d us", RTT_US), delayed } }
 
-for i, c in ipairs(clients) do cycle_us(c, "bench:tls:" .. i, 20) end -- connections, script caches
 local results = {}
 for i = 1, #cases do results[i] = {} end
 for i = 1, #firsts do firsts[i][3] = {} end
@@ -135,7 +126,6 @@ for i, c in ipairs(cases) do
     med[i] = median(results[i])
     print(format("  %-26s %8.1f us/cycle", c[1], med[i]))
 end
-for _, c in ipairs(clients) do c:close() end
 for _, p in ipairs { { "single", 0 }, { "Redlock x3", 5 } } do
     local o = p[2]
     print(format("  %s: redlock TLS / redlock plain %.2fx; redlock TLS / C floor TLS %.2fx (SET NX), "
