@@ -7,11 +7,13 @@
  *
  * The command is encoded once and appended to every connection's output
  * buffer; a connection that is not open is opened now, non-blocking, with
- * AUTH and SELECT queued ahead of the command. Every request is written
- * before any reply is read; then poll() collects the replies until each has
- * answered or its time has passed since the call began: timeout_ms, twice
- * that for a connection made in this call (one more round trip). The call
- * costs the slowest answer, capped, not the sum of the answers.
+ * AUTH and SELECT queued ahead of the command (over TLS, after a handshake
+ * that the same poll() drives, side by side with the other servers'). Every
+ * request is written before any reply is read; then poll() collects the
+ * replies until each has answered or its time has passed since the call
+ * began: timeout_ms, twice that for a connection made in this call (one
+ * more round trip), three times over TLS. The call costs the slowest
+ * answer, capped, not the sum of the answers.
  * A connection that did not answer in time is closed: its late reply would
  * otherwise be read as the answer to its next command.
  *
@@ -377,7 +379,7 @@ static void time_out(slot *s) {
                                   : "waiting for a reply");
 }
 
-static int u_tls(const slot *s) { return s->u->tls != NULL; }
+static int is_tls(const slot *s) { return s->u->tls != NULL; }
 
 static void run(batch *b, struct pollfd *pfds, int *which) {
     double t0 = now_ms();
@@ -389,7 +391,7 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
          * handshake, with AUTH and SELECT queued ahead of the command), and
          * one more for TLS's (TLS 1.3; the servers' handshakes run side by
          * side, each within its own limit). */
-        s->limit_ms = s->reused ? b->timeout_ms : (u_tls(s) ? 3 : 2) * b->timeout_ms;
+        s->limit_ms = s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms;
     }
     for (;;) {
         int k = 0, r, j;

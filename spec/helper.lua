@@ -71,14 +71,16 @@ end
 function _M.sleep(ms) sh("sleep " .. string.format("%.3f", ms / 1000)) end
 
 -- A zombie is dead: where PID 1 reaps no orphans (as in some containers),
--- a stopped server stays one, and `kill -0` alone would wait for it.
+-- a stopped server stays one, and `kill -0` alone would wait for it. But
+-- only once all its threads are gone: a thread group's leader turns zombie
+-- first, and the sockets close with the last thread.
 local function alive(pid)
     if not pid then return false end
-    local f = io.open("/proc/" .. pid .. "/stat")
+    local f = io.open("/proc/" .. pid .. "/status")
     if f then
-        local stat = f:read("*l") or ""
+        local status = f:read("*a") or ""
         f:close()
-        return stat:match("^%d+ %b() (%a)") ~= "Z"
+        return not (status:match("\nState:%s*Z") and status:match("\nThreads:%s*1\n"))
     end
     return sh("kill -0 " .. pid .. " 2>/dev/null")
 end
