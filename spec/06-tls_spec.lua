@@ -286,6 +286,16 @@ describe("TLS only (no plaintext port)", function()
             assert.is_true(lock:release())
             c:close()
         end
+        -- two of them: no quorum, each named with its reason
+        local c = redlock.new { servers = { frozen:tls_url(), "rediss://127.0.0.1:" .. plaintext.port,
+                                            others[1]:tls_url() }, tls = { ca_file = certs.ca } }
+        local lock, err, code = c:try_acquire(helper.key("tls"))
+        assert.is_nil(lock)
+        assert.equal("no quorum", code, err)
+        for _, port in ipairs { frozen.port, plaintext.port } do
+            assert.truthy(err:find("127.0.0.1:" .. port .. ": TLS handshake timed out after", 1, true), err)
+        end
+        c:close()
         frozen:stop()
         plaintext:stop()
     end)
