@@ -192,7 +192,7 @@ describe("TLS only (no plaintext port)", function()
     end)
     teardown(function() helper.stop_all() end)
 
-    -- every call of the lock API; server: where to look at the key
+    -- every call of the lock API; servers: where to look at the key
     local function whole_api(c, servers)
         local key = helper.key("tls")
         local lock = assert(c:acquire(key, { ttl = 5000 }))
