@@ -171,8 +171,9 @@ bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
 
-# The cycle over TLS against the same without TLS (bench/tls.lua).
-bench-tls: build
+# The cycle over TLS against the same without TLS and against the C floor
+# over TLS (bench/tls.lua, bench/tls_floor.c).
+bench-tls: build $(BENCH_BIN)/tls_floor $(BENCH_BIN)/delay_proxy
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp REDLOCK_BUILD=$(BUILD) \
 	LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' $(LUA) bench/tls.lua; rc=$$?; \
@@ -199,6 +200,10 @@ bench-cluster: build
 $(BENCH_BIN)/redlock_floor: bench/redlock_floor.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(HIREDIS_LIBS) $(LDFLAGS)
+
+$(BENCH_BIN)/tls_floor: bench/tls_floor.c csrc/scripts.h Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/tls_floor.c $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 $(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
 	@mkdir -p $(dir $@)

@@ -7,11 +7,13 @@
  *
  * The command is encoded once and appended to every connection's output
  * buffer; a connection that is not open is opened now, non-blocking, with
- * AUTH and SELECT queued ahead of the command. Every request is written
- * before any reply is read; then poll() collects the replies until each has
- * answered or its time has passed since the call began: timeout_ms, twice
- * that for a connection made in this call (one more round trip). The call
- * costs the slowest answer, capped, not the sum of the answers.
+ * AUTH and SELECT queued ahead of the command (over TLS, after a handshake
+ * that the same poll() drives, side by side with the other servers'). Every
+ * request is written before any reply is read; then poll() collects the
+ * replies until each has answered or its time has passed since the call
+ * began: timeout_ms, twice that for a connection made in this call (one
+ * more round trip), three times over TLS. The call costs the slowest
+ * answer, capped, not the sum of the answers.
  * A connection that did not answer in time is closed: its late reply would
  * otherwise be read as the answer to its next command.
  *
@@ -58,7 +60,7 @@
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
 
-enum { S_DONE, S_CONNECTING, S_WRITING, S_READING };
+enum { S_DONE, S_CONNECTING, S_HANDSHAKE, S_WRITING, S_READING };
 enum { RC_OK, RC_CONNECTION, RC_SERVER, RC_CLOSED };
 enum { F_NONE, F_TIMEOUT, F_STALE };
 
@@ -75,6 +77,7 @@ typedef struct {
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
     int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
+    int want;      /* S_HANDSHAKE: POLLIN or POLLOUT */
     int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
     redisReply *wreply; /* WAIT's, when the batch waits */
@@ -185,6 +188,30 @@ static void start_connect(slot *s) {
     s->state = S_CONNECTING;
 }
 
+/* A TLS handshake failed: u->err already says why, with the code word. */
+static void failed_tls(slot *s) {
+    s->rc = RC_CONNECTION;
+    s->flag = F_NONE;
+    s->state = S_DONE;
+    redlock_conn_drop(s->u);
+}
+
+static void do_write(slot *s);
+
+/* The handshake goes on as far as it can without blocking; once done, the
+ * queued AUTH/SELECT and the command are written. */
+static void step_handshake(slot *s) {
+    int r = redlock_tls_continue(s->u);
+    if (r < 0) {
+        failed_tls(s);
+    } else if (r > 0) {
+        s->want = r;
+    } else {
+        s->state = S_WRITING;
+        do_write(s);
+    }
+}
+
 /* The socket became writable: the connect finished, well or not. The
  * connection is then made what conn.c expects: blocking, with its timeout
  * (this file reads and writes with MSG_DONTWAIT, whatever the mode). */
@@ -212,6 +239,16 @@ static void finish_connect(slot *s) {
             fail(s, RC_CONNECTION, F_NONE, "could not set the timeout (%s)", c->errstr);
             return;
         }
+    }
+    if (s->u->tls != NULL) {
+        /* the handshake, side by side with the other servers' */
+        if (redlock_tls_begin(s->u) != 0) {
+            failed_tls(s);
+            return;
+        }
+        s->state = S_HANDSHAKE;
+        step_handshake(s);
+        return;
     }
     s->state = S_WRITING;
 }
@@ -387,10 +424,10 @@ static void start(batch *b, slot *s) {
     redlock_conn_forget_inherited(u);
     if (u->sentinels != NULL && u->ctx != NULL)
         redlock_sentinel_recheck(u, u->sentinels->check_ms); /* may drop it: the master moved */
-    if (u->ctx == NULL && (u->tls != NULL || u->sentinels != NULL)) {
-        /* TLS, Sentinel: connected (the sentinels asked, the handshake
-         * made) one server at a time, within its connect timeout (conn.c);
-         * the round trips still go in parallel */
+    if (u->ctx == NULL && u->sentinels != NULL) {
+        /* Sentinel: the sentinels asked, the master connected (and its
+         * TLS handshake made) one server at a time, within its connect
+         * timeout (conn.c); the round trips still go in parallel */
         int rc = redlock_conn_ensure(u);
         s->reused = 0;
         if (rc != 0) {
@@ -419,6 +456,12 @@ static void start(batch *b, slot *s) {
 }
 
 static void time_out(slot *s) {
+    if (s->state == S_HANDSHAKE) {
+        redlock_tls_timed_out(s->u, s->limit_ms);
+        failed_tls(s);
+        s->flag = F_TIMEOUT;
+        return;
+    }
     fail(s, RC_CONNECTION, F_TIMEOUT, "timed out after %d ms %s", s->limit_ms,
          s->state == S_CONNECTING ? "connecting"
          : s->state == S_WRITING  ? "sending"
@@ -426,17 +469,20 @@ static void time_out(slot *s) {
                                   : "waiting for a reply");
 }
 
+static int is_tls(const slot *s) { return s->u != NULL && s->u->tls != NULL; }
+
 static void run(batch *b, struct pollfd *pfds, int *which) {
     double t0 = now_ms();
     int i;
     for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
         start(b, s);
-        /* A connection made now needs one more round trip (the handshake,
-         * with AUTH and SELECT queued ahead of the command). */
-        /* WAIT answers after wait_ms, plus up to a tick of the server's
-         * timer (hz 10: 100 ms) */
-        s->limit_ms = (s->reused ? b->timeout_ms : 2 * b->timeout_ms) +
+        /* A connection made now needs one more round trip (the TCP
+         * handshake, with AUTH and SELECT queued ahead of the command), and
+         * one more for TLS's (TLS 1.3; the servers' handshakes run side by
+         * side, each within its own limit). WAIT answers after wait_ms,
+         * plus up to a tick of the server's timer (hz 10: 100 ms). */
+        s->limit_ms = (s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms) +
                       (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
     }
     for (;;) {
@@ -455,7 +501,9 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
             if (left < 0 || mine < left)
                 left = mine;
             pfds[k].fd = s->u->ctx->fd;
-            pfds[k].events = s->state == S_READING ? POLLIN : POLLOUT;
+            pfds[k].events = (short)(s->state == S_READING     ? POLLIN
+                                     : s->state == S_HANDSHAKE ? s->want
+                                                               : POLLOUT);
             pfds[k].revents = 0;
             which[k++] = i;
         }
@@ -476,6 +524,8 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
                 continue;
             if (s->state == S_CONNECTING)
                 finish_connect(s);
+            else if (s->state == S_HANDSHAKE)
+                step_handshake(s);
             if (s->state == S_WRITING)
                 do_write(s);
             else if (s->state == S_READING)

@@ -6,13 +6,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -26,34 +25,105 @@
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
 
-/* OpenSSL writes with write(), which raises SIGPIPE on a connection the
- * server dropped: SIGPIPE is blocked in this thread around each write and
- * one it raised is taken back, so the host's handler never sees it. */
+/* The session's bytes go through a BIO of our own on the conn's socket
+ * instead of OpenSSL's socket BIO: send() with MSG_NOSIGNAL (OpenSSL's
+ * write() raises SIGPIPE on a connection the server dropped, and would kill
+ * a host that does not ignore it), and MSG_DONTWAIT on both sides while
+ * `nonblock` is set (the handshake, the fan-out's reads), so that the
+ * socket's own mode, blocking with its timeouts as conn.c wants it, is
+ * never switched back and forth with fcntl. */
 typedef struct {
-    sigset_t old;
-    int was_pending;
-} pipe_guard;
+    int fd;
+    int nonblock;
+} bio_state;
 
-static void guard_on(pipe_guard *g) {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    g->was_pending = sigismember(&pending, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &g->old);
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static int bio_write(BIO *b, const char *buf, int len) {
+    const bio_state *st = (const bio_state *)BIO_get_data(b);
+    ssize_t n;
+    BIO_clear_retry_flags(b);
+    do {
+        n = send(st->fd, buf, (size_t)len, MSG_NOSIGNAL | (st->nonblock ? MSG_DONTWAIT : 0));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_write(b);
+    return (int)n;
 }
 
-static void guard_off(pipe_guard *g) {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    if (!g->was_pending && sigismember(&pending, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) == -1 && errno == EINTR) {
-        }
+static int bio_read(BIO *b, char *buf, int len) {
+    const bio_state *st = (const bio_state *)BIO_get_data(b);
+    ssize_t n;
+    BIO_clear_retry_flags(b);
+    do {
+        n = recv(st->fd, buf, (size_t)len, st->nonblock ? MSG_DONTWAIT : 0);
+    } while (n < 0 && errno == EINTR);
+    /* (blocking: EAGAIN is SO_RCVTIMEO running out; SSL_read then says
+     * WANT_READ, which redlock_tls_read reports as the timeout) */
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_read(b);
+    return (int)n;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_C_GET_FD:
+        return ((const bio_state *)BIO_get_data(b))->fd;
+    default:
+        return 0;
     }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+static int bio_destroy(BIO *b) {
+    free(BIO_get_data(b));
+    BIO_set_data(b, NULL);
+    return 1;
+}
+
+static void bio_init_method(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                 "redlock socket");
+    if (m != NULL && (BIO_meth_set_write(m, bio_write) != 1 || BIO_meth_set_read(m, bio_read) != 1 ||
+                      BIO_meth_set_ctrl(m, bio_ctrl) != 1 ||
+                      BIO_meth_set_destroy(m, bio_destroy) != 1)) {
+        BIO_meth_free(m);
+        m = NULL;
+    }
+    bio_method = m;
+}
+
+/* The method lives as long as the module: freed when the module is
+ * unloaded (lua_close) or the process exits, whichever comes first. */
+__attribute__((destructor)) static void bio_free_method(void) {
+    BIO_meth_free(bio_method);
+    bio_method = NULL;
+}
+
+/* A BIO over fd, or NULL when out of memory. */
+static BIO *bio_on(int fd) {
+    BIO *b;
+    bio_state *st;
+    pthread_once(&bio_once, bio_init_method);
+    if (bio_method == NULL || (st = calloc(1, sizeof *st)) == NULL)
+        return NULL;
+    b = BIO_new(bio_method);
+    if (b == NULL) {
+        free(st);
+        return NULL;
+    }
+    st->fd = fd;
+    BIO_set_data(b, st);
+    BIO_set_init(b, 1);
+    return b;
+}
+
+static void set_nonblock(SSL *ssl, int on) {
+    ((bio_state *)BIO_get_data(SSL_get_rbio(ssl)))->nonblock = on;
 }
 
 static char *dup_str(const char *s, int *failed) {
@@ -138,6 +208,8 @@ static int make_ctx(redlock_conn *u) {
     }
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
     SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+    /* a record in one recv(), not its header and then its body */
+    SSL_CTX_set_read_ahead(ctx, 1);
     u->sslctx = ctx;
     return 0;
 }
@@ -210,23 +282,56 @@ static int handshake_error(redlock_conn *u, SSL *ssl, int err, int saved_errno) 
     return fail(u, "handshake failed (%s)", why);
 }
 
-int redlock_tls_handshake(redlock_conn *u) {
-    struct timespec deadline;
-    int fd = u->ctx->fd, fl, rc = -1;
+int redlock_tls_begin(redlock_conn *u) {
     SSL *ssl;
-    pipe_guard g;
+    BIO *bio;
+    redlock_tls_free(u);
     if (u->sslctx == NULL && make_ctx(u) != 0)
         return -1;
     ssl = SSL_new(u->sslctx);
-    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || set_peer_name(u, ssl) != 0) {
+    bio = ssl != NULL ? bio_on(u->ctx->fd) : NULL;
+    if (bio == NULL) {
         SSL_free(ssl);
         return fail(u, "setup failed (%s)", "out of memory");
     }
-    fl = fcntl(fd, F_GETFL);
-    if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1) {
+    SSL_set_bio(ssl, bio, bio); /* the SSL owns the BIO now */
+    if (set_peer_name(u, ssl) != 0) {
         SSL_free(ssl);
-        return fail(u, "setup failed (%s)", strerror(errno));
+        return fail(u, "setup failed (%s)", "out of memory");
     }
+    set_nonblock(ssl, 1);
+    ERR_clear_error();
+    u->ssl = ssl;
+    return 0;
+}
+
+int redlock_tls_continue(redlock_conn *u) {
+    SSL *ssl = u->ssl;
+    int r, e, saved;
+    errno = 0;
+    r = SSL_connect(ssl);
+    saved = errno;
+    if (r == 1) {
+        set_nonblock(ssl, 0);
+        ERR_clear_error();
+        return 0;
+    }
+    e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ)
+        return POLLIN;
+    if (e == SSL_ERROR_WANT_WRITE)
+        return POLLOUT;
+    handshake_error(u, ssl, e, saved);
+    ERR_clear_error();
+    redlock_tls_free(u);
+    return -1;
+}
+
+int redlock_tls_handshake(redlock_conn *u) {
+    struct timespec deadline;
+    int r;
+    if (redlock_tls_begin(u) != 0)
+        return -1;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += u->connect_timeout_ms / 1000;
     deadline.tv_nsec += (long)(u->connect_timeout_ms % 1000) * 1000000;
@@ -234,50 +339,31 @@ int redlock_tls_handshake(redlock_conn *u) {
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000;
     }
-    ERR_clear_error();
-    guard_on(&g);
-    for (;;) {
-        int r, e, saved;
+    while ((r = redlock_tls_continue(u)) > 0) {
         struct pollfd pfd;
-        long left;
-        errno = 0;
-        r = SSL_connect(ssl);
-        saved = errno;
-        if (r == 1) {
-            rc = 0;
-            break;
-        }
-        e = SSL_get_error(ssl, r);
-        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-            handshake_error(u, ssl, e, saved);
-            break;
-        }
-        left = ms_left(&deadline);
+        long left = ms_left(&deadline);
         if (left <= 0) {
-            snprintf(u->err, ERRLEN,
-                     "connection: %s: TLS handshake timed out after %d ms (no TLS answer: a "
-                     "plaintext server?)",
-                     u->name, u->connect_timeout_ms);
-            break;
+            redlock_tls_timed_out(u, u->connect_timeout_ms);
+            return -1;
         }
-        pfd.fd = fd;
-        pfd.events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        pfd.fd = u->ctx->fd;
+        pfd.events = (short)r;
         pfd.revents = 0;
         if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR) {
             fail(u, "handshake failed (poll: %s)", strerror(errno));
-            break;
+            redlock_tls_free(u);
+            return -1;
         }
     }
-    guard_off(&g);
-    ERR_clear_error();
-    if (rc == 0 && fcntl(fd, F_SETFL, fl) == -1)
-        rc = fail(u, "setup failed (%s)", strerror(errno));
-    if (rc != 0) {
-        SSL_free(ssl);
-        return -1;
-    }
-    u->ssl = ssl;
-    return 0;
+    return r;
+}
+
+void redlock_tls_timed_out(redlock_conn *u, int ms) {
+    snprintf(u->err, ERRLEN,
+             "connection: %s: TLS handshake timed out after %d ms (no TLS answer: a "
+             "plaintext server?)",
+             u->name, ms);
+    redlock_tls_free(u);
 }
 
 void redlock_tls_free(redlock_conn *u) {
@@ -289,9 +375,7 @@ void redlock_tls_free(redlock_conn *u) {
 
 int redlock_tls_flush(redlock_conn *u) {
     redisContext *c = u->ctx;
-    pipe_guard g;
     int rc = 0;
-    guard_on(&g);
     while (sdslen(c->obuf) > 0) {
         int n, e;
         size_t len = sdslen(c->obuf);
@@ -312,18 +396,14 @@ int redlock_tls_flush(redlock_conn *u) {
         rc = -1;
         break;
     }
-    guard_off(&g);
     ERR_clear_error();
     return rc;
 }
 
 long redlock_tls_read(redlock_conn *u, char *buf, size_t len, int nonblock) {
-    int fd = u->ctx->fd, fl = 0, n, e;
-    if (nonblock) {
-        fl = fcntl(fd, F_GETFL);
-        if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1)
-            return -1;
-    }
+    int n, e;
+    if (nonblock)
+        set_nonblock(u->ssl, 1);
     ERR_clear_error();
     do {
         errno = 0;
@@ -331,7 +411,7 @@ long redlock_tls_read(redlock_conn *u, char *buf, size_t len, int nonblock) {
         e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(u->ssl, n);
     } while (e == SSL_ERROR_SYSCALL && errno == EINTR);
     if (nonblock)
-        fcntl(fd, F_SETFL, fl);
+        set_nonblock(u->ssl, 0);
     if (n > 0)
         return n;
     if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0)) {

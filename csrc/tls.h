@@ -20,6 +20,15 @@ typedef struct redlock_tls {
  * timeout, verifying the chain and the name unless verify is off. */
 int redlock_tls_handshake(struct redlock_conn *u);
 
+/* The same in steps, for a caller that polls several sockets (fanout.c):
+ * begin makes the session (u->ssl) on u->ctx->fd, 0 or -1; continue goes
+ * on without blocking: 0 done, POLLIN or POLLOUT to wait for, -1 failed
+ * (the session freed). timed_out: the message for a handshake that took
+ * longer than ms (the session freed). */
+int redlock_tls_begin(struct redlock_conn *u);
+int redlock_tls_continue(struct redlock_conn *u);
+void redlock_tls_timed_out(struct redlock_conn *u, int ms);
+
 /* Frees the session without sending close_notify: a child after fork must
  * not write into the parent's session, and a dropped connection is gone. */
 void redlock_tls_free(struct redlock_conn *u);

@@ -174,3 +174,181 @@ describe("TLS", function()
         refused(c, plain.tls_port, "could not load ca_file")
     end)
 end)
+
+-- The same on servers with no plaintext port and no unix socket at all
+-- (`port 0 --tls-port N`): whatever works here went over TLS, the renewal
+-- thread's and the waiter's connections included.
+describe("TLS only (no plaintext port)", function()
+    local certs, only, mutual, others, urls
+    local with_cert
+    setup(function()
+        certs = helper.tls_certs()
+        only = helper.start_tls_server(certs, { tls_only = true })
+        mutual = helper.start_tls_server(certs, { tls_only = true, auth_clients = "yes" })
+        others = { helper.start_tls_server(certs, { tls_only = true }),
+                   helper.start_tls_server(certs, { tls_only = true }) }
+        urls = { mutual:tls_url(), others[1]:tls_url(), others[2]:tls_url() }
+        with_cert = { ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key }
+    end)
+    teardown(function() helper.stop_all() end)
+
+    -- every call of the lock API; servers: where to look at the key
+    local function whole_api(c, servers)
+        local key = helper.key("tls")
+        local lock = assert(c:acquire(key, { ttl = 5000 }))
+        -- (legacy mode stores "<expiry ms>:<token>")
+        for _, s in ipairs(servers) do assert.equal(lock.token, s:cli("GET", key):sub(-32)) end
+        assert.is_number(lock.fence)
+        assert.is_true(lock:remaining() > 0)
+        local none, err, code = c:try_acquire(key)
+        assert.is_nil(none)
+        assert.equal("locked", code, err)
+        assert.is_true(lock:extend(8000))
+        assert.is_true(tonumber(servers[1]:cli("PTTL", key)) > 5000)
+        assert.is_true(lock:release())
+        local ok
+        ok, err, code = lock:release()
+        assert.is_nil(ok)
+        assert.equal("not owner", code, err)
+        local results = { c:with_lock(key, function(l)
+            assert.is_true(l.fence > lock.fence)
+            return "done", nil
+        end) }
+        assert.same({ true, "done", nil }, results)
+        assert.equal(3, select("#", c:with_lock(key, function() return 1, nil end)))
+        assert.has_error(function() c:with_lock(key, function() error("boom", 0) end) end, "boom")
+        for _, s in ipairs(servers) do assert.equal("0", s:cli("EXISTS", key)) end
+        c:close()
+        none, err, code = c:try_acquire(key)
+        assert.is_nil(none)
+        assert.equal("closed", code, err)
+    end
+
+    it("runs the whole lock API without a client certificate, and with one where the server asks",
+        function()
+        whole_api(redlock.new { servers = { only:tls_url() }, tls = { ca_file = certs.ca } }, { only })
+        whole_api(redlock.new { servers = { mutual:tls_url() }, tls = with_cert }, { mutual })
+        -- legacy mode (WATCH/MULTI/EXEC) takes the same path
+        whole_api(redlock.new { servers = { only:tls_url() }, tls = { ca_file = certs.ca },
+                                mode = "legacy" }, { only })
+    end)
+
+    it("a waiter is woken over TLS by a release from the CLI over TLS (not by a poll)", function()
+        local key = helper.key("tls")
+        local holder = redlock.new { servers = { only:tls_url() }, tls = { ca_file = certs.ca } }
+        local lock = assert(holder:acquire(key, { ttl = 60000 }))
+        -- polling would sleep 10 s, past the wait of 5 s: only the release's
+        -- wake-up, read by BLPOP on the waiter's own TLS connection, lets it in
+        local waiter = redlock.new { servers = { only:tls_url() }, tls = { ca_file = certs.ca },
+                                     retry_delay = 10000, retry_jitter = 0, wait = 5000 }
+        helper.later(300, helper.lua_cmd("bin/redlock", "release", "-s", only:tls_url(),
+            "--tls-ca-file", certs.ca, key, lock.token))
+        local got, err = waiter:acquire(key)
+        assert.is_truthy(got, err)
+        assert.equal(got.token, only:cli("GET", key))
+        assert.is_true(got:release())
+        holder:close()
+        waiter:close()
+    end)
+
+    it("runs Redlock over 3 TLS servers and renews over TLS", function()
+        local servers = { mutual, others[1], others[2] }
+        local c = redlock.new { servers = urls, tls = with_cert, retry_delay = 10, server_timeout = 1000 }
+        local other = redlock.new { servers = urls, tls = with_cert }
+        local key = helper.key("tls")
+        local ok, taken, token = c:with_lock(key, { ttl = 300 }, function(lock)
+            helper.sleep(900) -- three ttls: only the renewal thread keeps it
+            for _, s in ipairs(servers) do assert.equal(lock.token, s:cli("GET", key)) end
+            return other:try_acquire(key), lock.token
+        end)
+        assert.is_true(ok)
+        assert.is_nil(taken)
+        assert.is_string(token)
+        other:close()
+        whole_api(c, servers)
+    end)
+
+    it("Redlock: a frozen server, or a plaintext one, costs its own handshake only: the others grant the lock",
+        function()
+        -- the handshakes run side by side: one server that never answers
+        -- must not hold back the others' until their time is up
+        local frozen = helper.start_tls_server(certs, { tls_only = true })
+        local plaintext = helper.start_server()
+        frozen:freeze()
+        for _, first in ipairs { frozen:tls_url(), "rediss://127.0.0.1:" .. plaintext.port } do
+            local c = redlock.new { servers = { first, others[1]:tls_url(), others[2]:tls_url() },
+                                    tls = { ca_file = certs.ca }, connect_timeout = 2000 }
+            local key = helper.key("tls")
+            local lock, err = c:try_acquire(key)
+            assert.is_truthy(lock, err)
+            assert.equal(lock.token, others[1]:cli("GET", key))
+            assert.equal(lock.token, others[2]:cli("GET", key))
+            assert.is_true(lock:release())
+            c:close()
+        end
+        -- two of them: no quorum, each named with its reason
+        local c = redlock.new { servers = { frozen:tls_url(), "rediss://127.0.0.1:" .. plaintext.port,
+                                            others[1]:tls_url() }, tls = { ca_file = certs.ca } }
+        local lock, err, code = c:try_acquire(helper.key("tls"))
+        assert.is_nil(lock)
+        assert.equal("no quorum", code, err)
+        for _, port in ipairs { frozen.port, plaintext.port } do
+            assert.truthy(err:find("127.0.0.1:" .. port .. ": TLS handshake timed out after", 1, true), err)
+        end
+        c:close()
+        frozen:stop()
+        plaintext:stop()
+    end)
+
+    -- a connection error naming the server and the reason
+    local function refused(c, port, reason, code)
+        local lock, err, got = c:try_acquire(helper.key("tls"))
+        assert.is_nil(lock)
+        assert.equal(code or "connection", got, err)
+        assert.truthy(err:find("127.0.0.1:" .. port, 1, true), err)
+        assert.truthy(err:find(reason, 1, true), err)
+        c:close()
+    end
+
+    it("refuses a plaintext server on a rediss:// URL, and a redis:// URL on a TLS-only port", function()
+        local plaintext = helper.start_server() -- no TLS at all
+        refused(redlock.new { servers = { "rediss://127.0.0.1:" .. plaintext.port },
+                              tls = { ca_file = certs.ca }, connect_timeout = 500 },
+            plaintext.port, "(no TLS answer: a plaintext server?)")
+        -- the server drops the connection on the first bytes that are no TLS
+        refused(redlock.new { servers = { only:url() }, connect_timeout = 500, timeout = 500 },
+            only.port, "lost the connection")
+        plaintext:stop()
+    end)
+
+    it("Redlock: a certificate refused by every server is 'no quorum' with each server's reason", function()
+        refused(redlock.new { servers = urls, tls = { ca_file = certs.other_ca, cert_file = certs.client_crt,
+                                                      key_file = certs.client_key } },
+            mutual.port, "TLS certificate verification failed (unknown CA:", "no quorum")
+        refused(redlock.new { servers = urls, tls = { ca_file = certs.ca, server_name = "wrong.example" } },
+            others[2].port, "TLS certificate verification failed (name mismatch:", "no quorum")
+    end)
+
+    it("the CLI on a TLS-only server: try prints a token, status sees it, release frees it", function()
+        local key = helper.key("tls")
+        local unpack = table.unpack or unpack
+        local function cli(command, ...)
+            local args = { command, "-s", mutual:tls_url(), "--tls-ca-file", certs.ca,
+                           "--tls-cert-file", certs.client_crt, "--tls-key-file", certs.client_key, ... }
+            local out = helper.read_cmd(helper.lua_cmd("bin/redlock", unpack(args)) .. " 2>&1; echo \"rc=$?\"")
+            return tonumber(out:match("rc=(%d+)%s*$")), out
+        end
+        local code, out = cli("try", "--ttl", "60000", key)
+        assert.equal(0, code, out)
+        local token = out:match("^(%x+)%s")
+        assert.equal(token, mutual:cli("GET", key), out)
+        code, out = cli("status", key)
+        assert.equal(0, code, out)
+        assert.truthy(out:find(token:sub(1, 8), 1, true), out)
+        code, out = cli("release", key, token)
+        assert.equal(0, code, out)
+        assert.equal("0", mutual:cli("EXISTS", key))
+        code, out = cli("status", key)
+        assert.equal(1, code, out)
+    end)
+end)

@@ -30,11 +30,12 @@ local SERVER = [[
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
-        location = /sentinel { content_by_lua_block { require("probe").sentinel() } }]]
-local function start(redis, workers, redlock_ports, http)
+        location = /sentinel { content_by_lua_block { require("probe").sentinel() } }
+        location = /tls_api { content_by_lua_block { require("probe").tls_api() } }]]
+local function start(redis, workers, redlock_ports, http, server)
     local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
-    return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""), server = SERVER,
-        init = init, lua_path = LUA_PATH }
+    return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""),
+        server = SERVER .. (server or ""), init = init, lua_path = LUA_PATH }
 end
 
 local function lines(body)
@@ -332,13 +333,22 @@ describe("OpenResty (nginx + Lua module)", function()
     end)
 
     describe("TLS (cosocket sslhandshake)", function()
-        local certs, plain, mutual
+        local certs, plain, mutual, only, stranger
         setup(function()
             certs = helper.tls_certs()
             plain = helper.start_tls_server(certs)
             mutual = helper.start_tls_server(certs, { auth_clients = "yes" })
+            -- no plaintext port at all: what works there went over TLS
+            only = { helper.start_tls_server(certs, { tls_only = true }),
+                     helper.start_tls_server(certs, { tls_only = true }),
+                     helper.start_tls_server(certs, { tls_only = true }) }
+            stranger = helper.start_tls_server(certs, { tls_only = true }) -- for the wrong CA only
+            -- a location whose nginx trusts another CA than the one that
+            -- signed the servers' certificates
             ngx_server = start(redis, 1, redlock_ports, string.format(
-                "\n    lua_ssl_trusted_certificate %s;\n    lua_ssl_verify_depth 2;", certs.ca))
+                "\n    lua_ssl_trusted_certificate %s;\n    lua_ssl_verify_depth 2;", certs.ca),
+                string.format("\n        location = /tls_other_ca { lua_ssl_trusted_certificate %s;"
+                    .. " content_by_lua_block { require(\"probe\").tls() } }", certs.other_ca))
         end)
         teardown(function()
             ngx_server:stop()
@@ -375,6 +385,62 @@ describe("OpenResty (nginx + Lua module)", function()
             -- verify off: the name no longer matters
             _, t = tls_get(plain, "&name=wrong.example&insecure=1")
             assert.matches("^%x+$", t.token or "", t.err)
+        end)
+
+        it("refuses a server whose certificate nginx's CAs do not know (lua_ssl_trusted_certificate)", function()
+            local key = helper.key("tls")
+            local body = ngx_server:get(string.format("/tls_other_ca?port=%d&key=%s&name=localhost",
+                stranger.port, key))
+            local t = lines(body)
+            assert.equal("connection", t.code, body .. table.concat(ngx_server:errors(), "\n"))
+            assert.matches("^connection: 127%.0%.0%.1:" .. stranger.port .. ": TLS handshake failed %(", t.err)
+            assert.equal("0", stranger:cli("EXISTS", key))
+        end)
+
+        -- the error log, without nginx's own lines for the handshakes that
+        -- the refusal tests make fail on purpose
+        local function errors()
+            local out = {}
+            for _, line in ipairs(ngx_server:errors()) do
+                if not line:find("lua ssl certificate", 1, true) then out[#out + 1] = line end
+            end
+            return out
+        end
+
+        local function api(ports, extra)
+            local key = helper.key("tls")
+            local body, code = ngx_server:get(string.format("/tls_api?ports=%s&key=%s&name=localhost&ca=%s%s",
+                table.concat(ports, ","), key, certs.ca, extra or ""))
+            assert.equal(200, code, body)
+            local t = lines(body)
+            assert.same({ acquire = "ok", again = "locked", extend = "ok", release = "ok",
+                release_again = "not owner", with_lock = "locked", after = "free", transport = "cosocket" }, t)
+            return key
+        end
+
+        it("runs the lock API over TLS only (no plaintext port): one server, with a client certificate, "
+            .. "and Redlock over 3 with renewal from the C thread", function()
+            api({ only[1].port })
+            api({ mutual.tls_port }, string.format("&cert=%s&pkey=%s", certs.client_crt, certs.client_key))
+            local key = api({ only[1].port, only[2].port, only[3].port }, "&renew=1")
+            for _, s in ipairs(only) do assert.equal("0", s:cli("EXISTS", key)) end
+            assert.same({}, errors())
+        end)
+
+        it("a release wakes a waiter over TLS: the worker's subscriber handshakes too", function()
+            local key = helper.key("notified")
+            local holder = require("redlock").new { servers = { only[2]:tls_url() }, tls = { ca_file = certs.ca } }
+            local lock = assert(holder:acquire("lock:" .. key, { ttl = 5000 }))
+            local q = string.format("/notified?key=%s&tls_port=%d&name=localhost", key, only[2].port)
+            -- the first waiter starts the worker's subscriber (on the TLS-only server), and polls
+            assert.matches("^timeout", (ngx_server:get(q .. "&wait=50")))
+            -- this one's polling would sleep 10 s, past its wait of 3 s
+            local waiter = ngx_server:bg(q .. "&wait=3000&hold=0")
+            helper.sleep(300)
+            assert.is_true(lock:release())
+            assert.equal("taken", (waiter.wait()))
+            holder:close()
+            assert.same({}, errors())
         end)
     end)
 

@@ -70,7 +70,20 @@ end
 
 function _M.sleep(ms) sh("sleep " .. string.format("%.3f", ms / 1000)) end
 
-local function alive(pid) return pid and sh("kill -0 " .. pid .. " 2>/dev/null") end
+-- A zombie is dead: where PID 1 reaps no orphans (as in some containers),
+-- a stopped server stays one, and `kill -0` alone would wait for it. But
+-- only once all its threads are gone: a thread group's leader turns zombie
+-- first, and the sockets close with the last thread.
+local function alive(pid)
+    if not pid then return false end
+    local f = io.open("/proc/" .. pid .. "/status")
+    if f then
+        local status = f:read("*a") or ""
+        f:close()
+        return not (status:match("\nState:%s*Z") and status:match("\nThreads:%s*1\n"))
+    end
+    return sh("kill -0 " .. pid .. " 2>/dev/null")
+end
 _M.alive = alive
 
 local Server = {}
@@ -80,6 +93,7 @@ local running = {}
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
     local args = { NO_PRELOAD .. "redis-cli", "-h 127.0.0.1", "-p", self.port }
+    if self.tls_cli then args[#args + 1] = self.tls_cli end
     if self.password then
         if self.username_cli then
             args[#args + 1] = "--user " .. quote(self.username_cli)
@@ -95,7 +109,7 @@ function Server:url(db)
 end
 
 function Server:spec(extra)
-    local t = { host = "127.0.0.1", port = self.port }
+    local t = { host = "127.0.0.1", port = self.port, tls = self.tls }
     for k, v in pairs(extra or {}) do t[k] = v end
     return t
 end
@@ -117,10 +131,16 @@ local function write_conf(self)
         "save \"\"",
         "daemonize no",
         "dir " .. self.dir,
-        "unixsocket " .. self.socket,
-        "unixsocketperm 700",
         "logfile " .. self.dir .. "/redis.log",
     }
+    if self.tls then
+        -- TLS only: no plaintext port, no unix socket
+        lines[1] = "port 0"
+        lines[#lines + 1] = "tls-port " .. self.port
+    else
+        lines[#lines + 1] = "unixsocket " .. self.socket
+        lines[#lines + 1] = "unixsocketperm 700"
+    end
     if self.password then lines[#lines + 1] = "requirepass " .. self.password end
     local persistent = false
     for _, l in ipairs(self.config or {}) do
@@ -199,18 +219,32 @@ local function pick_port() return 20000 + urandom_int(40000) end
 --- Starts a redis-server that also listens with TLS on server.tls_port
 -- (the plain port stays, for redis-cli and for looking at keys). certs:
 -- from tls_certs(); opts: auth_clients ("no" by default, or "yes"),
--- cert (the server's certificate file: certs.server_crt by default).
+-- cert (the server's certificate file: certs.server_crt by default),
+-- tls_only = true: no plaintext port and no unix socket at all (`port 0`);
+-- then server.port is the TLS port too, server:cli() and server:spec()
+-- speak TLS with the test CA and the client certificate, and server:url()
+-- is a plaintext URL on the TLS port.
 function _M.start_tls_server(certs, opts)
     opts = opts or {}
-    for _ = 1, 5 do
-        local port = pick_port()
-        local ok, server = pcall(_M.start_server, { config = {
-            "tls-port " .. port,
+    local function config(port)
+        local t = {
             "tls-cert-file " .. (opts.cert or certs.server_crt),
             "tls-key-file " .. certs.server_key,
             "tls-ca-cert-file " .. certs.ca,
             "tls-auth-clients " .. (opts.auth_clients or "no"),
-        } })
+        }
+        if port then t[#t + 1] = "tls-port " .. port end
+        return t
+    end
+    if opts.tls_only then
+        local server = _M.start_server { config = config(nil), tls = {
+            ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key } }
+        server.tls_port = server.port
+        return server
+    end
+    for _ = 1, 5 do
+        local port = pick_port()
+        local ok, server = pcall(_M.start_server, { config = config(port) })
         if ok then
             server.tls_port = port
             return server
@@ -223,16 +257,21 @@ end
 function Server:tls_url() return string.format("rediss://127.0.0.1:%d", self.tls_port) end
 
 --- Starts a redis-server. opts: password, config = { extra conf lines },
--- persistent = true (AOF with fsync always, so a restart keeps the data).
+-- persistent = true (AOF with fsync always, so a restart keeps the data),
+-- tls = { ca_file =, cert_file =, key_file = } (start_tls_server's
+-- tls_only: TLS on the one port, whose certificates config names).
 function _M.start_server(opts)
     opts = opts or {}
     local dir = fresh_dir("redis")
     local self = setmetatable({
         dir = dir,
-        socket = dir .. "/redis.sock",
+        socket = (not opts.tls) and dir .. "/redis.sock" or nil,
         password = opts.password,
         username_cli = opts.username_cli,
         config = opts.config,
+        tls = opts.tls,
+        tls_cli = opts.tls and string.format("--tls --cacert %s --cert %s --key %s",
+            quote(opts.tls.ca_file), quote(opts.tls.cert_file), quote(opts.tls.key_file)),
     }, Server)
     if opts.persistent then
         self.config = self.config or {}

@@ -143,6 +143,13 @@ local function handshake(self, sock, host)
     if not ok then
         return nil, format("connection: %s: TLS handshake failed (%s)", self.name, tostring(err))
     end
+    -- Seen with Debian's ngx_lua 0.10.23, now and then: a failed
+    -- verification logged and the socket closed, yet sslhandshake answers
+    -- true. Never go on without a live, verified session.
+    if not sock:getreusedtimes() then
+        return nil, format("connection: %s: TLS handshake failed (nginx closed the connection: "
+            .. "see its error log)", self.name)
+    end
     return true
 end
 
@@ -291,7 +298,13 @@ local function connect(self, tmo)
         end
         return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
     end
-    if self.spec.tls and self.path == nil and sock:getreusedtimes() == 0 then
+    -- (nil: nginx closed it already; never skip the handshake on that)
+    local times = sock:getreusedtimes()
+    if not times then
+        sock:close()
+        return nil, format("connection: %s: could not connect (closed)", self.name), false
+    end
+    if self.spec.tls and self.path == nil and times == 0 then
         local done
         done, err = handshake(self, sock, host)
         if not done then

@@ -97,7 +97,11 @@ end
 -- "taken"; or the error.
 function _M.notified()
     local r = counter.redis
-    local client = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+    local server = { host = r.host, port = r.port }
+    if ngx.var.arg_tls_port then -- over TLS (the subscriber too): name checked
+        server = { host = r.host, port = tonumber(ngx.var.arg_tls_port), tls = { server_name = ngx.var.arg_name } }
+    end
+    local client = redlock.new { servers = { server }, retry_delay = 10000,
         retry_jitter = 0, wait = tonumber(ngx.var.arg_wait) }
     local lock, err = client:acquire("lock:" .. ngx.var.arg_key)
     if not lock then return ngx.say(err) end
@@ -165,6 +169,45 @@ function _M.tls()
         ngx.say("code=", code)
         ngx.say("err=", err)
     end
+end
+
+--- GET /tls_api?ports=P[,P...]&key=K&name=N&ca=F[&cert=F&pkey=F][&renew=1]: the lock
+-- API over TLS through cosockets, on one server or Redlock over several:
+-- each step's outcome as a line ("ok", the code, or the error). ca: for the
+-- renewal thread (OpenSSL in C; nginx's own CAs serve the cosockets), as
+-- with_lock runs fn for three ttls.
+function _M.tls_api()
+    local args = ngx.req.get_uri_args()
+    local tls = { ca_file = args.ca, cert_file = args.cert, key_file = args.pkey, server_name = args.name }
+    local servers = {}
+    for p in args.ports:gmatch("%d+") do
+        servers[#servers + 1] = { host = counter.redis.host, port = tonumber(p), tls = tls }
+    end
+    local c = redlock.new { servers = servers, retry_delay = 10, server_timeout = 1000 }
+    local key, t = args.key, {}
+    local function word(ok, err, code) return ok and "ok" or tostring(code or err) end
+    local lock, err, code = c:acquire(key, { ttl = 5000 })
+    t.acquire = word(lock, err, code)
+    t.transport = c.servers[1].transport
+    if lock then
+        t.again = word(c:try_acquire(key))
+        t.extend = word(lock:extend(8000))
+        t.release = word(lock:release())
+        t.release_again = word(lock:release())
+    end
+    -- "locked": another try while fn runs (renew=1: after three ttls, so
+    -- only the renewal thread, over TLS in C, kept the lock)
+    local ok, v = c:with_lock(key, { ttl = 300 }, function()
+        if args.renew then ngx.sleep(0.9) end
+        local _, oerr, ocode = c:try_acquire(key)
+        return ocode or oerr
+    end)
+    t.with_lock = ok and tostring(v) or ("failed: " .. tostring(v))
+    local free = c:try_acquire(key)
+    t.after = free and "free" or "held"
+    if free then free:release() end
+    c:close()
+    say_sorted(t)
 end
 
 --- GET /renew?key=K&ttl=T&ms=N: takes lock K with ttl T, renews it from
