@@ -125,6 +125,18 @@ describe("Cluster", function()
         end
     end)
 
+    it("works from the CLI with a redis+cluster:// URL (run, status)", function()
+        local key = "{user:9}cli"
+        local out = helper.read_cmd(helper.lua_cmd("bin/redlock", "run", "-s", cluster.url, key, "--",
+            "sh", "-c", "echo ran") .. " 2>&1")
+        assert.equal("ran", (out:gsub("%s+$", "")))
+        local lock = assert(client:acquire(key))
+        out = helper.read_cmd(helper.lua_cmd("bin/redlock", "status", "-s", cluster.url, key) .. " 2>&1")
+        assert.matches("held", out)
+        assert.matches(tostring(lock.fence), out, 1, true)
+        assert.is_true(lock:release())
+    end)
+
     it("a Cluster counts as one voter of a Redlock quorum", function()
         local a, b = helper.start_server(), helper.start_server()
         local q = redlock.new({ servers = { cluster.url, a:url(), b:url() } })
