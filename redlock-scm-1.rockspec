@@ -41,6 +41,7 @@ build = {
       ["redlock.notify"] = "lua/redlock/notify.lua",
       ["redlock.options"] = "lua/redlock/options.lua",
       ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
+      ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",
       ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.replicas"] = "lua/redlock/replicas.lua",
@@ -50,6 +51,7 @@ build = {
       ["redlock.util"] = "lua/redlock/util.lua",
       ["redlock.core"] = {
          sources = {
+            "csrc/cluster.c",
             "csrc/conn.c",
             "csrc/core.c",
             "csrc/fanout.c",
