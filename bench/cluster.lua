@@ -4,8 +4,8 @@
 -- what a MOVED costs: a cycle right after the key's slot moved to another
 -- master (the redirection, the reloaded map, a new connection) against a
 -- cycle on a current map.
--- Starts its own 3-master Cluster and plain server (spec/helper.lua) and
--- stops them at the end.
+-- Starts its own 3-master Cluster and plain server (spec/helper.lua),
+-- pinned to CPU 1 with this process on CPU 0, and stops them at the end.
 --   make bench-cluster     (CYCLES=500 ROUNDS=9 MOVES=20)
 local helper = require "helper"
 local redlock = require "redlock"
@@ -26,6 +26,14 @@ end
 
 local cluster = helper.start_cluster(3, 0)
 local plain = helper.start_server()
+-- the "split" regime: every server on CPU 1, this process on CPU 0, so
+-- that where the scheduler puts them does not decide the ratio
+local function pin(pid, cpu) os.execute(format("taskset -pc %d %s >/dev/null 2>&1", cpu, pid)) end
+for _, node in ipairs(cluster.nodes) do pin(node.pid, 1) end
+pin(plain.pid, 1)
+local stat = io.open("/proc/self/stat")
+pin(stat:read("*l"):match("^(%d+)"), 0)
+stat:close()
 local on_cluster = redlock.new { servers = { cluster.url } }
 local on_plain = redlock.new { servers = { plain:url() } }
 local key = "bench:cluster"
