@@ -70,7 +70,7 @@ end
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
 --   drift_factor, mode, connect_timeout, timeout, tls, replicas,
---   replica_timeout, aof (see README)
+--   replica_timeout, aof (see docs/api.md)
 -- @treturn Client
 function _M.new(opts)
     if opts ~= nil and type(opts) ~= "table" then

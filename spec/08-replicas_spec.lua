@@ -10,7 +10,7 @@ local core = require "redlock.core"
 local skip = helper.lua54_only()
 
 -- Whatever the library could have left on a master for key: the lock key,
--- its waiting keys (README: "What the library stores on the server").
+-- its waiting keys (docs/storage.md).
 local function leftovers(server, key)
     local out = {}
     for _, k in ipairs({ key, "{" .. key .. "}:waiters", "{" .. key .. "}:wake",

@@ -165,7 +165,7 @@ describe("OpenResty (nginx + Lua module)", function()
         end)
     end)
 
-    describe("the README's nginx.conf", function()
+    describe("the nginx.conf of docs/openresty.md", function()
         local readme_ngx
         teardown(function()
             if readme_ngx then readme_ngx:stop() end
@@ -174,8 +174,8 @@ describe("OpenResty (nginx + Lua module)", function()
         -- the README's configuration, with this repository, a free port and
         -- the test's Redis in place of its /path/to/redlock, 8080 and 6379
         local function readme_conf(port)
-            local text = assert(nginx.read("README.md"))
-            local conf = assert(text:match("%*%*nginx%.conf%*%*.-```nginx\n(.-)```"), "no nginx.conf in README")
+            local text = assert(nginx.read("docs/openresty.md"))
+            local conf = assert(text:match("%*%*nginx%.conf%*%*.-```nginx[^\n]*\n(.-)```"), "no nginx.conf in docs/openresty.md")
             local repo = nginx.read_cmd("pwd"):gsub("%s+$", "")
             local n
             conf = conf:gsub("/path/to/redlock", repo)

@@ -142,7 +142,7 @@ describe("faults", function()
         -- Holds that the library reported valid from acquire until after the
         -- write never overlap in time, and every such write is still in the
         -- counter, while the lock server restarts (keeping its data: a single
-        -- server that loses data can admit two holders, as README states).
+        -- server that loses data can admit two holders, as docs/guarantees.md states).
         local function check_logs(logs)
             local holds, confirmed = {}, 0
             for _, path in ipairs(logs) do

@@ -95,7 +95,7 @@ local function parse(v)
 end
 _M.parse = parse
 
--- legacy_value = "plain" (mixed fleets, see the README): the value is the
+-- legacy_value = "plain" (mixed fleets, see docs/legacy.md): the value is the
 -- expiry alone, which the old recipe reads; ownership is then "the key
 -- holds the exact value this client last wrote for the lock"
 -- (server.written, by token, recorded once the write is known to have

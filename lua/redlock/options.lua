@@ -162,6 +162,10 @@ local SERVER_FIELDS = {
     cluster = "table",
 }
 
+--- The fields a server table may have, and their types (spec/61 checks
+-- that docs/api.md lists exactly these).
+_M.SERVER_FIELDS = SERVER_FIELDS
+
 local SENTINEL_PORT = 26379
 
 -- The fields of a tls table (the names are the contract) and their types.
@@ -169,6 +173,7 @@ local TLS_FIELDS = {
     ca_file = "string", ca_path = "string", cert_file = "string", key_file = "string",
     server_name = "string", verify = "boolean",
 }
+_M.TLS_FIELDS = TLS_FIELDS
 
 --- Checks a tls table; returns a copy with verify set (true unless false).
 -- what names it in the error ("option 'tls' to 'new'", ...).

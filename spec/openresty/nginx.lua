@@ -74,14 +74,14 @@ local function render(template, vars)
     return conf
 end
 
--- The README's command line: everything under the prefix self.dir.
+-- The command line of docs/openresty.md: everything under the prefix self.dir.
 local function nginx_cmd(self, extra)
     return string.format("nginx -p %s/ -c nginx.conf -e error.log %s", self.dir, extra)
 end
 
 -- Starts nginx on a free port: conf(port) gives the configuration's text.
 -- Runs `nginx -t` first (its output in self.tested); then nginx as the
--- README says, prefix and error log in a fresh directory. Then waits for
+-- docs/openresty.md says, prefix and error log in a fresh directory. Then waits for
 -- its /health, unless no_health (the master listens before it writes its
 -- pid file: requests wait in the backlog for a worker).
 local function start_conf(conf, no_health)

@@ -35,6 +35,7 @@ local SPECS = {
     help = { "h" },
     version = { "V" },
 }
+_M.SPECS = SPECS -- spec/61 checks docs/cli.md against it
 local SHORT = {}
 for name, spec in pairs(SPECS) do
     if spec[1] then SHORT[spec[1]] = name end
