@@ -555,27 +555,61 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal(0, store:command("EXISTS", key))
         end)
 
-        it("follows MOVED after a slot moved to another master", function()
+        -- CLUSTER SLOTS calls, all nodes together
+        local function map_loads()
+            local n = 0
+            for _, node in ipairs(cluster.nodes) do
+                n = n + (tonumber(node:cli("INFO", "commandstats"):match("cmdstat_cluster|slots:calls=(%d+)")) or 0)
+            end
+            return n
+        end
+
+        it("loses no update while the slot moves to another master under requests (MOVED, ASK, TRYAGAIN)",
+            function()
             local from, slot = helper.cluster_owner(cluster, "mv")
             increments("/cluster_incr?url=" .. url, 20, store, "{mv}a")
+            local loads = map_loads()
             local _, to = key_on(from, true, "x")
-            -- as spec/23's reshard: IMPORTING, MIGRATING, the keys, the slot
+            -- 30 requests, each holding the lock 20 ms, while the slot moves
+            -- as spec/23's reshard moves it: IMPORTING, MIGRATING, the keys
+            -- (twice, new ones come through ASK meanwhile), then the slot
+            local reqs = {}
+            for i = 1, 30 do reqs[i] = ngx_server:bg("/cluster_incr?ms=20&key=%7Bmv%7Db&url=" .. url) end
+            helper.sleep(100)
             local src_id, dst_id = from:cli("CLUSTER", "MYID"), to:cli("CLUSTER", "MYID")
             assert.equal("OK", to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id))
             assert.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id))
-            repeat
-                local keys = {}
-                for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do keys[#keys + 1] = k end
-                if #keys > 0 then
-                    from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
-                end
-            until #keys == 0
+            local function migrate_all()
+                repeat
+                    local keys = {}
+                    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do
+                        keys[#keys + 1] = k
+                    end
+                    if #keys > 0 then
+                        from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
+                    end
+                until #keys == 0
+            end
+            migrate_all()
+            helper.sleep(100)
+            migrate_all()
             for _, node in ipairs(cluster.nodes) do node:cli("CLUSTER", "SETSLOT", slot, "NODE", dst_id) end
+            local seen = {}
+            for i = 1, 30 do
+                local body, code = reqs[i].wait()
+                assert.equal(200, code, body)
+                local v = tonumber(body)
+                assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
+                seen[v] = true
+            end
             assert.equal(to, (helper.cluster_owner(cluster, "{mv}a")))
             assert.equal("20", to:cli("GET", "{mv}a"))
-            -- the worker's map still names the old master: MOVED, followed
-            increments("/cluster_incr?url=" .. url, 20, store, "{mv}b")
-            assert.equal("20", to:cli("GET", "{mv}b"))
+            assert.equal("30", to:cli("GET", "{mv}b"))
+            -- the worker's map named the old master: MOVED made it reload
+            assert.is_true(map_loads() > loads)
+            -- and later requests go to the new master directly
+            increments("/cluster_incr?url=" .. url, 20, store, "{mv}c")
+            assert.equal("20", to:cli("GET", "{mv}c"))
         end)
 
         it("wakes a waiter through a subscriber on another node (PUBLISH reaches every node)", function()

@@ -308,10 +308,11 @@ local function cluster_client(args)
     return c
 end
 
---- GET /cluster_incr?url=U&key=K[&members=P1,P2]: /incr on a Cluster: the
--- counter K (GET and SET through the client's Cluster server, routed by
--- slot) under the lock lock:K; with members, Redlock over the Cluster and
--- those servers.
+--- GET /cluster_incr?url=U&key=K[&members=P1,P2][&ms=N]: /incr on a
+-- Cluster: the counter K (GET and SET through the client's Cluster server,
+-- routed by slot) under the lock lock:K, with N ms (default 1) between the
+-- read and the write; with members, Redlock over the Cluster and those
+-- servers.
 function _M.cluster_incr()
     local args = ngx.req.get_uri_args()
     local c = cluster_client(args)
@@ -319,7 +320,7 @@ function _M.cluster_incr()
     local ok, value, code = c:with_lock("lock:" .. key, function()
         local v = assert(server:call("GET", key))
         v = (v == ngx.null) and 0 or tonumber(v)
-        ngx.sleep(0.001)
+        ngx.sleep((tonumber(args.ms) or 1) / 1000)
         assert(server:call("SET", key, v + 1))
         return v + 1
     end)
