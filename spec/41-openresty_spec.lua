@@ -34,7 +34,11 @@ local SERVER = [[
         location = /tls_api { content_by_lua_block { require("probe").tls_api() } }
         location = /cluster_incr { content_by_lua_block { require("probe").cluster_incr() } }
         location = /cluster_try { content_by_lua_block { require("probe").cluster_try() } }
-        location = /cluster_notified { content_by_lua_block { require("probe").cluster_notified() } }]]
+        location = /cluster_notified { content_by_lua_block { require("probe").cluster_notified() } }
+        location = /cluster_set {
+            set_by_lua_block $cluster_set { return require("probe").cluster_set() }
+            return 200 "$cluster_set\n";
+        }]]
 local function start(redis, workers, redlock_ports, http, server)
     local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
     return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""),
@@ -610,6 +614,15 @@ describe("OpenResty (nginx + Lua module)", function()
             -- and later requests go to the new master directly
             increments("/cluster_incr?url=" .. url, 20, store, "{mv}c")
             assert.equal("20", to:cli("GET", "{mv}c"))
+        end)
+
+        it("locks over the C core's Cluster connection where nginx has no cosockets (set_by_lua)", function()
+            local key, owner = key_on(cluster.nodes[1], true, "set:")
+            local t = lines((ngx_server:get(string.format("/cluster_set?url=%s&key=%s", url, key))))
+            -- (no cosockets in the set phase: only hiredis could do it)
+            assert.equal("set", t.phase, t.err)
+            assert.equal(t.token, owner:cli("GET", key))
+            assert.same({}, ngx_server:errors())
         end)
 
         it("wakes a waiter through a subscriber on another node (PUBLISH reaches every node)", function()

@@ -486,8 +486,13 @@ end
 -- send it back and forth), until its time limit (csrc/cluster.c's rule).
 local QUICK_TRIES = 3
 
+-- One command to one node of a Cluster (CLUSTER SLOTS), once more on a
+-- new connection when the pooled one was stale.
 local function cluster_exchange(self, node, ...)
-    return attempt(self, node, false, command_name((...)), encode(...), nil, nil)
+    local cmd, req = command_name((...)), encode(...)
+    local r, err, code, stale = attempt(self, node, false, cmd, req, nil, nil)
+    if r == nil and stale then r, err, code = attempt(self, node, false, cmd, req, nil, nil) end
+    return r, err, code
 end
 
 -- attempt for a server of a Cluster: the request goes to the master of

@@ -355,4 +355,16 @@ function _M.cluster_notified()
     ngx.say("taken")
 end
 
+--- set_by_lua: GET /cluster_set?url=U&key=K: where nginx has no cosockets,
+-- a lock on a Cluster over the C core's connection (held 60 s); answers
+-- the token and the phase, or the error.
+function _M.cluster_set()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { args.url }, connect_timeout = 300 }
+    local lock, err = c:try_acquire(args.key, { ttl = 60000 })
+    c:close()
+    if not lock then return "err=" .. tostring(err) end
+    return "token=" .. lock.token .. "\nphase=" .. ngx.get_phase()
+end
+
 return _M
