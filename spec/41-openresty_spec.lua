@@ -642,7 +642,7 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.same({}, ngx_server:errors())
         end)
 
-        it("gives the documented errors for a bad seed list", function()
+        it("gives the documented errors for a bad seed list, and gets past a dead seed", function()
             local t = lines((ngx_server:get("/cluster_try?key=k&url=" .. enc("redis+cluster://127.0.0.1:1,127.0.0.1:2"))))
             assert.equal("connection", t.code, t.err)
             assert.matches("no cluster node reachable", t.err)
@@ -650,6 +650,11 @@ describe("OpenResty (nginx + Lua module)", function()
             t = lines((ngx_server:get("/cluster_try?key=k&url=" .. enc("redis+cluster://127.0.0.1:" .. redis.port))))
             assert.equal("server", t.code, t.err)
             assert.matches("not a cluster node", t.err)
+            -- a dead seed first: the map comes from the next one
+            local key, owner = key_on(cluster.nodes[2], true, "seed:")
+            t = lines((ngx_server:get(string.format("/cluster_try?key=%s&url=%s", key,
+                enc("redis+cluster://127.0.0.1:1," .. cluster.seeds[2])))))
+            assert.equal(owner:cli("GET", key), t.token, t.err)
             -- nginx logs the refused connects made on purpose, nothing else
             local out = {}
             for _, line in ipairs(ngx_server:errors()) do

@@ -703,6 +703,9 @@ function _M.new(spec, mode, o)
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
+    -- a Cluster's release subscriber (redlock.ngx_wait): one per worker,
+    -- seeds and credentials, as a pool is
+    if self.cluster then self.wait_id = pool_name(self, self.cluster.id, 0) end
     return self
 end
 

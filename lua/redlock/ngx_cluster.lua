@@ -32,7 +32,8 @@ local SLOTS = 16384
 
 -- This worker's slot maps, by seed list: { nodes = list of nodes (seeds
 -- first), by_addr = "host:port" -> node, owner = slot -> node, loaded,
--- loading, any }. A node: { host, port, name, dial }.
+-- loading (since when), any (the node for commands without a key) }.
+-- A node: { host, port, name, dial }.
 local maps = {}
 
 -- Commands without a key (any node answers them), as csrc/cluster.c's list.
@@ -59,7 +60,8 @@ local function add_node(map, host, port)
 end
 
 --- The Cluster state of a cosocket server made from spec (nil when spec
--- has no cluster): { map = this worker's map for its seeds }.
+-- has no cluster): { map = this worker's map for its seeds, id = the seed
+-- list }.
 function _M.new(spec)
     if not spec.cluster then return nil end
     local addrs = {}
@@ -71,7 +73,7 @@ function _M.new(spec)
         for _, seed in ipairs(spec.cluster) do add_node(map, seed.host, seed.port) end
         maps[id] = map
     end
-    return { map = map }
+    return { map = map, id = id }
 end
 
 --- The slot of a command (its arguments as given to core.encode), or -1
@@ -123,18 +125,19 @@ end
 -- nodes in turn (seeds first). exchange(server, node, ...): one command on
 -- a connection to node, as redlock.cosocket runs it (reply, or nil,
 -- message, code). true, or nil, message, code. While a light thread of the
--- worker loads it, another one does not ask again (it keeps the map it
--- has, with what MOVED told it).
+-- worker loads it, another one does not ask again: it keeps the map it
+-- has, with what MOVED told it, or waits when it has none. (loading: when
+-- that load began; a load whose request was ended midway counts no more
+-- after the server's timeout.)
 function _M.load(server, exchange)
     local map = server.cluster.map
-    if map.loading then
+    local since = map.loading
+    if since and now() - since < server.timeout then
         if map.loaded then return true end
-        -- the first load of this worker, under way: wait for it
-        local deadline = now() + server.timeout
-        while map.loading and now() < deadline do ngx.sleep(0.005) end
+        while map.loading == since and now() - since < server.timeout do ngx.sleep(0.005) end
         if map.loaded then return true end
     end
-    map.loading = true
+    map.loading = now()
     local why = {}
     local nodes = map.nodes
     for i = 1, #nodes do
@@ -150,7 +153,8 @@ function _M.load(server, exchange)
             if not ok then
                 return nil, format("server: %s: unexpected answer to CLUSTER SLOTS", node.name), "server"
             end
-            map.loaded = true
+            -- commands without a key go to a node known to answer
+            map.loaded, map.any = true, node
             return true
         end
         why[#why + 1] = sub(tostring(err), 1, 150)
