@@ -52,6 +52,7 @@ build = {
       ["redlock.util"] = "lua/redlock/util.lua",
       ["redlock.core"] = {
          sources = {
+            "csrc/cluster.c",
             "csrc/conn.c",
             "csrc/core.c",
             "csrc/fanout.c",
