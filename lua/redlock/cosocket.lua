@@ -258,6 +258,18 @@ local function drain(host, port, pool, most)
     end
 end
 
+-- What names a Cluster node in messages, and the settings its
+-- connections take (the server's credentials and TLS): what setup,
+-- handshake and io_failure read of a server.
+local function view(self, node)
+    local v = self.node_views[node]
+    if not v then
+        v = { name = node.name, spec = self.spec, host = node.dial }
+        self.node_views[node] = v
+    end
+    return v
+end
+
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
 -- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
 -- server's timeouts, doubled for what a new connection has to do first.
@@ -317,7 +329,7 @@ local function connect(self, tmo, node)
     end
     if self.spec.tls and self.path == nil and times == 0 then
         local done
-        done, err = handshake(node and self.node_views[node] or self, sock, node and node.host or host)
+        done, err = handshake(node and view(self, node) or self, sock, node and node.host or host)
         if not done then
             sock:close()
             return nil, err, false
@@ -338,18 +350,6 @@ local function command_name(first)
     return first
 end
 
--- What names a Cluster node in messages, and the settings its
--- connections take (the server's credentials and TLS): what setup,
--- handshake and io_failure read of a server.
-local function view(self, node)
-    local v = self.node_views[node]
-    if not v then
-        v = { name = node.name, spec = self.spec, host = node.dial }
-        self.node_views[node] = v
-    end
-    return v
-end
-
 local ASKING = encode("ASKING")
 
 -- Sends req (after ASKING when ask) and reads its reply, as exchange does.
@@ -363,9 +363,9 @@ local function exchange_asking(sock, rd, req, ask)
 end
 
 -- One try of a request on a pinned, pooled or new connection. Returns the
--- reply, or nil, message, code, stale, timed_out, redirection (stale: a pooled
--- connection that the server had closed; worth one more try on a fresh
--- one). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
+-- reply, or nil, message, code, stale, timed_out, raw (stale: a pooled
+-- connection that the server had closed, worth one more try on a fresh
+-- one; raw: a server error's own text). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
 -- source on the same connection (nkeys and the rest are the script's
 -- arguments). tmo: a fan-out's time limit (see connect), or nil.
 -- w: { req = the encoded WAIT, ms = how much longer its reply may take }
@@ -376,8 +376,7 @@ end
 -- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
 -- ask: send ASKING first, in the same write (an ASK redirection: both on
 -- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
--- CLUSTERDOWN) comes back as a server error whose last value is Redis'
--- own message, for the caller to follow.
+-- CLUSTERDOWN) comes back as a server error, raw for the caller to follow.
 local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     local co = running()
     local pinned = self.pinned
@@ -542,7 +541,8 @@ local function routed(self, slot, cmd, req, tmo, w, script, nkeys, ...)
             elseif kind == "down" then
                 ngx_cluster.forget(self) -- the map may change with the failover
             end
-        elseif code == "connection" and not stale and not reloaded and not self.pinned[running()] then
+        elseif code == "connection" and not stale and not reloaded and not self.pinned[running()]
+            and now() < deadline then
             -- the node may be gone (failover): ask another for the map
             reloaded = true
             if slot < 0 then
@@ -559,7 +559,6 @@ local function routed(self, slot, cmd, req, tmo, w, script, nkeys, ...)
         end
     end
 end
-
 
 local function closed()
     return nil, "closed: the connection is closed", "closed"
