@@ -627,12 +627,17 @@ describe("OpenResty (nginx + Lua module)", function()
 
         it("wakes a waiter through a subscriber on another node (PUBLISH reaches every node)", function()
             -- the subscriber listens on the first seed; the key lives elsewhere
-            local key = key_on(cluster.nodes[1], true, "notified:")
+            local key, owner = key_on(cluster.nodes[1], true, "notified:")
             local holder = require("redlock").new { servers = cluster.url }
             local lock = assert(holder:acquire(key, { ttl = 5000 }))
             local q = string.format("/cluster_notified?url=%s&key=%s", url, key)
             -- the first waiter starts the worker's subscriber, and polls
             assert.matches("^timeout", (ngx_server:get(q .. "&wait=50")))
+            local function subscribers(node)
+                return tonumber(node:cli("PUBSUB", "NUMSUB", "redlock:wake"):match("\n(%d+)"))
+            end
+            assert(helper.eventually(2000, function() return subscribers(cluster.nodes[1]) == 1 end))
+            assert.equal(0, subscribers(owner))
             -- this one's polling would sleep 10 s, past its wait of 3 s
             local waiter = ngx_server:bg(q .. "&wait=3000")
             helper.sleep(300)
