@@ -31,7 +31,14 @@ local SERVER = [[
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
         location = /sentinel { content_by_lua_block { require("probe").sentinel() } }
-        location = /tls_api { content_by_lua_block { require("probe").tls_api() } }]]
+        location = /tls_api { content_by_lua_block { require("probe").tls_api() } }
+        location = /cluster_incr { content_by_lua_block { require("probe").cluster_incr() } }
+        location = /cluster_try { content_by_lua_block { require("probe").cluster_try() } }
+        location = /cluster_notified { content_by_lua_block { require("probe").cluster_notified() } }
+        location = /cluster_set {
+            set_by_lua_block $cluster_set { return require("probe").cluster_set() }
+            return 200 "$cluster_set\n";
+        }]]
 local function start(redis, workers, redlock_ports, http, server)
     local init = string.format('require("probe").init { %s }', table.concat(redlock_ports, ", "))
     return nginx.start { workers = workers, redis = redis, http = HTTP .. (http or ""),
@@ -63,37 +70,41 @@ describe("OpenResty (nginx + Lua module)", function()
         helper.stop_all()
     end)
 
+    -- n requests to path?key=KEY, 16 at a time: each must answer a
+    -- different value, 1..n, and the counter must end at n (in store:
+    -- a connection, default the test's Redis). key: default a fresh one.
+    local function increments(path, n, store, key)
+        store = store or data
+        key = key or helper.key("counter")
+        local dir = helper.fresh_dir("curl")
+        local url = ngx_server:url(path .. (path:find("?", 1, true) and "&" or "?") .. "key="
+            .. key:gsub("[^%w:_-]", function(ch) return string.format("%%%02X", ch:byte()) end)
+            .. "&i=[1-" .. n .. "]")
+        local out = nginx.read_cmd(string.format("curl -s --no-progress-meter "
+            .. "--parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
+            helper.quote(dir .. "/r#1"), helper.quote(url)))
+        local codes = {}
+        for code in out:gmatch("%d+") do codes[#codes + 1] = code end
+        assert.equal(n, #codes)
+        local seen = {}
+        for i = 1, n do
+            assert.equal("200", codes[i], nginx.read(dir .. "/r" .. i))
+            local v = tonumber(nginx.read(dir .. "/r" .. i))
+            assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
+            seen[v] = true
+        end
+        for v = 1, n do assert.is_true(seen[v], "no request answered " .. v) end
+        assert.equal(tostring(n), store:command("GET", key))
+        assert.equal(0, store:command("EXISTS", "lock:" .. key))
+        assert.same({}, ngx_server:errors())
+    end
+
     describe("4 workers", function()
         setup(function() ngx_server = start(redis, 4, redlock_ports) end)
         teardown(function()
             ngx_server:stop()
             ngx_server = nil
         end)
-
-        -- n requests to path?key=KEY, 16 at a time: each must answer a
-        -- different value, 1..n, and the counter must end at n
-        local function increments(path, n)
-            local key = helper.key("counter")
-            local dir = helper.fresh_dir("curl")
-            local url = ngx_server:url(path .. "?key=" .. key .. "&i=[1-" .. n .. "]")
-            local out = nginx.read_cmd(string.format("curl -s --no-progress-meter "
-                .. "--parallel --parallel-max 16 --max-time 60 -o %s -w '%%{http_code}\\n' %s",
-                helper.quote(dir .. "/r#1"), helper.quote(url)))
-            local codes = {}
-            for code in out:gmatch("%d+") do codes[#codes + 1] = code end
-            assert.equal(n, #codes)
-            local seen = {}
-            for i = 1, n do
-                assert.equal("200", codes[i], nginx.read(dir .. "/r" .. i))
-                local v = tonumber(nginx.read(dir .. "/r" .. i))
-                assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
-                seen[v] = true
-            end
-            for v = 1, n do assert.is_true(seen[v], "no request answered " .. v) end
-            assert.equal(tostring(n), data:command("GET", key))
-            assert.equal(0, data:command("EXISTS", "lock:" .. key))
-            assert.same({}, ngx_server:errors())
-        end
 
         it("200 concurrent increments under the lock lose no update", function()
             increments("/incr", 200)
@@ -508,6 +519,153 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal(new_addr, t.master)
             assert.equal(old_calls, evalsha_calls(master))
             assert.same({}, ngx_server:errors())
+        end)
+    end)
+    describe("Redis Cluster (3 masters)", function()
+        local cluster, store, url
+        local function enc(s) return (s:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end)) end
+        -- a key of the slot whose master is (or is not, with other) node
+        local function key_on(node, other, prefix)
+            for i = 1, 1000 do
+                local key = prefix .. i
+                local owner = helper.cluster_owner(cluster, key)
+                if (owner == node) ~= (other == true) then return key, owner end
+            end
+        end
+        setup(function()
+            cluster = helper.start_cluster(3, 0)
+            url = enc(cluster.url)
+            store = core.conn(require("redlock.options").servers({ cluster.url })[1])
+            -- one worker: the notified test's subscriber must be the waiter's
+            ngx_server = start(redis, 1, redlock_ports)
+        end)
+        teardown(function()
+            ngx_server:stop()
+            ngx_server = nil
+            if store then store:close() end
+        end)
+
+        it("routes by slot: 100 concurrent increments lose no update, alone and as a Redlock member; "
+            .. "replica acknowledgement on the key's master", function()
+            increments("/cluster_incr?url=" .. url, 100, store)
+            local members = redlock_ports[2] .. "," .. redlock_ports[3]
+            increments("/cluster_incr?members=" .. members .. "&url=" .. url, 50, store)
+            -- eval_wait went to the key's master (elsewhere: MOVED), whose
+            -- WAIT found no replica: refused, and the lock released
+            local key = key_on(cluster.nodes[1], true, "rep:")
+            local t = lines((ngx_server:get(string.format("/cluster_try?url=%s&key=%s&replicas=1", url, key))))
+            assert.equal("replicas", t.code, t.err)
+            assert.matches("0 of 1 replicas", t.err)
+            assert.equal(0, store:command("EXISTS", key))
+        end)
+
+        -- CLUSTER SLOTS calls, all nodes together
+        local function map_loads()
+            local n = 0
+            for _, node in ipairs(cluster.nodes) do
+                n = n + (tonumber(node:cli("INFO", "commandstats"):match("cmdstat_cluster|slots:calls=(%d+)")) or 0)
+            end
+            return n
+        end
+
+        it("loses no update while the slot moves to another master under requests (MOVED, ASK, TRYAGAIN)",
+            function()
+            local from, slot = helper.cluster_owner(cluster, "mv")
+            increments("/cluster_incr?url=" .. url, 20, store, "{mv}a")
+            local loads = map_loads()
+            local _, to = key_on(from, true, "x")
+            -- 30 requests, each holding the lock 20 ms, while the slot moves
+            -- as spec/23's reshard moves it: IMPORTING, MIGRATING, the keys
+            -- (twice, new ones come through ASK meanwhile), then the slot
+            local reqs = {}
+            for i = 1, 30 do reqs[i] = ngx_server:bg("/cluster_incr?ms=20&key=%7Bmv%7Db&url=" .. url) end
+            helper.sleep(100)
+            local src_id, dst_id = from:cli("CLUSTER", "MYID"), to:cli("CLUSTER", "MYID")
+            assert.equal("OK", to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id))
+            assert.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id))
+            local function migrate_all()
+                repeat
+                    local keys = {}
+                    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do
+                        keys[#keys + 1] = k
+                    end
+                    if #keys > 0 then
+                        from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
+                    end
+                until #keys == 0
+            end
+            migrate_all()
+            helper.sleep(100)
+            migrate_all()
+            for _, node in ipairs(cluster.nodes) do node:cli("CLUSTER", "SETSLOT", slot, "NODE", dst_id) end
+            local seen = {}
+            for i = 1, 30 do
+                local body, code = reqs[i].wait()
+                assert.equal(200, code, body)
+                local v = tonumber(body)
+                assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
+                seen[v] = true
+            end
+            assert.equal(to, (helper.cluster_owner(cluster, "{mv}a")))
+            assert.equal("20", to:cli("GET", "{mv}a"))
+            assert.equal("30", to:cli("GET", "{mv}b"))
+            -- the worker's map named the old master: MOVED made it reload
+            assert.is_true(map_loads() > loads)
+            -- and later requests go to the new master directly
+            increments("/cluster_incr?url=" .. url, 20, store, "{mv}c")
+            assert.equal("20", to:cli("GET", "{mv}c"))
+        end)
+
+        it("locks over the C core's Cluster connection where nginx has no cosockets (set_by_lua)", function()
+            local key, owner = key_on(cluster.nodes[1], true, "set:")
+            local t = lines((ngx_server:get(string.format("/cluster_set?url=%s&key=%s", url, key))))
+            -- (no cosockets in the set phase: only hiredis could do it)
+            assert.equal("set", t.phase, t.err)
+            assert.equal(t.token, owner:cli("GET", key))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("wakes a waiter through a subscriber on another node (PUBLISH reaches every node)", function()
+            -- the subscriber listens on the first seed; the key lives elsewhere
+            local key, owner = key_on(cluster.nodes[1], true, "notified:")
+            local holder = require("redlock").new { servers = cluster.url }
+            local lock = assert(holder:acquire(key, { ttl = 5000 }))
+            local q = string.format("/cluster_notified?url=%s&key=%s", url, key)
+            -- the first waiter starts the worker's subscriber, and polls
+            assert.matches("^timeout", (ngx_server:get(q .. "&wait=50")))
+            local function subscribers(node)
+                return tonumber(node:cli("PUBSUB", "NUMSUB", "redlock:wake"):match("\n(%d+)"))
+            end
+            assert(helper.eventually(2000, function() return subscribers(cluster.nodes[1]) == 1 end))
+            assert.equal(0, subscribers(owner))
+            -- this one's polling would sleep 10 s, past its wait of 3 s
+            local waiter = ngx_server:bg(q .. "&wait=3000")
+            helper.sleep(300)
+            assert.is_true(lock:release())
+            assert.equal("taken", (waiter.wait()))
+            holder:close()
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("gives the documented errors for a bad seed list, and gets past a dead seed", function()
+            local t = lines((ngx_server:get("/cluster_try?key=k&url=" .. enc("redis+cluster://127.0.0.1:1,127.0.0.1:2"))))
+            assert.equal("connection", t.code, t.err)
+            assert.matches("no cluster node reachable", t.err)
+            assert.matches("127.0.0.1:2", t.err, 1, true)
+            t = lines((ngx_server:get("/cluster_try?key=k&url=" .. enc("redis+cluster://127.0.0.1:" .. redis.port))))
+            assert.equal("server", t.code, t.err)
+            assert.matches("not a cluster node", t.err)
+            -- a dead seed first: the map comes from the next one
+            local key, owner = key_on(cluster.nodes[2], true, "seed:")
+            t = lines((ngx_server:get(string.format("/cluster_try?key=%s&url=%s", key,
+                enc("redis+cluster://127.0.0.1:1," .. cluster.seeds[2])))))
+            assert.equal(owner:cli("GET", key), t.token, t.err)
+            -- nginx logs the refused connects made on purpose, nothing else
+            local out = {}
+            for _, line in ipairs(ngx_server:errors()) do
+                if not line:find("connect() failed (111", 1, true) then out[#out + 1] = line end
+            end
+            assert.same({}, out)
         end)
     end)
 end)

@@ -14,6 +14,7 @@ local core = require "redlock.core"
 local blocking = require "redlock.server"
 local ngx_wait = require "redlock.ngx_wait"
 local ngx_sentinel = require "redlock.ngx_sentinel"
+local ngx_cluster = require "redlock.ngx_cluster"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
@@ -94,8 +95,9 @@ local function pool_name(self, host, port)
         who = who .. "/tls:" .. ngx.md5(format("%s\0%s\0%s\0%s\0%s", tls.server_name or "",
             tostring(tls.verify), tls.cert_file or "", tls.key_file or "", tls.ca_file or ""))
     end
-    -- a Sentinel-managed server's pool is its master's of the moment
-    local where = self.sentinel and format("%s@%s:%d", self.name, host, port) or self.name
+    -- a Sentinel-managed server's pool is its master's of the moment; a
+    -- Cluster's, one per node
+    local where = (self.sentinel or self.cluster) and format("%s@%s:%d", self.name, host, port) or self.name
     return format("redlock:%s/%d/%s", where, spec.db or 0, who)
 end
 
@@ -256,10 +258,23 @@ local function drain(host, port, pool, most)
     end
 end
 
+-- What names a Cluster node in messages, and the settings its
+-- connections take (the server's credentials and TLS): what setup,
+-- handshake and io_failure read of a server.
+local function view(self, node)
+    local v = self.node_views[node]
+    if not v then
+        v = { name = node.name, spec = self.spec, host = node.dial }
+        self.node_views[node] = v
+    end
+    return v
+end
+
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
 -- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
 -- server's timeouts, doubled for what a new connection has to do first.
-local function connect(self, tmo)
+-- node: a Cluster node (redlock.ngx_cluster) to connect to, or nil.
+local function connect(self, tmo, node)
     local sock, err = ngx.socket.tcp()
     if not sock then
         return nil, format("connection: %s: could not make a socket (%s)", self.name, tostring(err))
@@ -268,7 +283,14 @@ local function connect(self, tmo)
     if tmo then cto, rto = 2 * tmo, 2 * tmo end
     sock:settimeouts(cto, rto, rto)
     local host, port, pool = self.host, self.port, self.pool
-    if self.sentinel then
+    if node then
+        host, port = node.dial, node.port
+        pool = self.node_pools[node]
+        if not pool then
+            pool = pool_name(self, host, port)
+            self.node_pools[node] = pool
+        end
+    elseif self.sentinel then
         host, port = ngx_sentinel.address(self)
         if not host then return nil, port, false end
         pool = pool_name(self, host, port)
@@ -296,17 +318,18 @@ local function connect(self, tmo)
             ngx_sentinel.forget(self) -- a dead master: ask the sentinels next time
             err = format("%s at %s:%d", tostring(err), host, port)
         end
-        return nil, format("connection: %s: could not connect (%s)", self.name, tostring(err)), timed_out
+        return nil, format("connection: %s: could not connect (%s)", (node or self).name, tostring(err)),
+            timed_out
     end
     -- (nil: nginx closed it already; never skip the handshake on that)
     local times = sock:getreusedtimes()
     if not times then
         sock:close()
-        return nil, format("connection: %s: could not connect (closed)", self.name), false
+        return nil, format("connection: %s: could not connect (closed)", (node or self).name), false
     end
     if self.spec.tls and self.path == nil and times == 0 then
         local done
-        done, err = handshake(self, sock, host)
+        done, err = handshake(node and view(self, node) or self, sock, node and node.host or host)
         if not done then
             sock:close()
             return nil, err, false
@@ -319,10 +342,30 @@ local function connect(self, tmo)
     return sock, nil, nil, rto
 end
 
+local function command_name(first)
+    if type(first) ~= "string" then return "" end
+    -- most commands come upper-case already: skip the copy then
+    local b = byte(first, 1)
+    if b and b >= 97 and b <= 122 then return upper(first) end
+    return first
+end
+
+local ASKING = encode("ASKING")
+
+-- Sends req (after ASKING when ask) and reads its reply, as exchange does.
+local function exchange_asking(sock, rd, req, ask)
+    if not ask then return exchange(sock, rd, req) end
+    local sent, err = sock:send(ASKING .. req)
+    if not sent then return nil, err end
+    local ok, v = next_reply(sock, rd) -- ASKING's +OK (an error shows in the command's reply)
+    if not ok then return nil, v end
+    return next_reply(sock, rd)
+end
+
 -- One try of a request on a pinned, pooled or new connection. Returns the
--- reply, or nil, message, code, stale, timed_out (stale: a pooled
--- connection that the server had closed; worth one more try on a fresh
--- one). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
+-- reply, or nil, message, code, stale, timed_out, raw (stale: a pooled
+-- connection that the server had closed, worth one more try on a fresh
+-- one; raw: a server error's own text). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
 -- source on the same connection (nkeys and the rest are the script's
 -- arguments). tmo: a fan-out's time limit (see connect), or nil.
 -- w: { req = the encoded WAIT, ms = how much longer its reply may take }
@@ -330,24 +373,29 @@ end
 -- script's reply is then followed by WAIT's: {acked, fsynced}, or a
 -- message when WAIT failed (an error reply, or the connection after the
 -- script's reply).
-local function attempt(self, cmd, req, tmo, w, script, nkeys, ...)
+-- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
+-- ask: send ASKING first, in the same write (an ASK redirection: both on
+-- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
+-- CLUSTERDOWN) comes back as a server error, raw for the caller to follow.
+local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     local co = running()
     local pinned = self.pinned
     local sock = pinned[co]
     local was_pinned = sock ~= nil
     local reused = was_pinned
     local limit = self.timeout
+    local who = node and view(self, node) or self
     local err, code
     if not sock then
         local timed_out
-        sock, err, timed_out, limit = connect(self, tmo)
+        sock, err, timed_out, limit = connect(self, tmo, node)
         if not sock then return nil, err, "connection", false, timed_out end
         reused = sock:getreusedtimes() > 0
     end
     local rd = reader(self)
     if not reused then
         local ok, retry
-        ok, err, code, retry = setup(self, sock, rd, limit)
+        ok, err, code, retry = setup(who, sock, rd, limit)
         if not ok then
             sock:close()
             return nil, err, code, retry == true
@@ -357,11 +405,12 @@ local function attempt(self, cmd, req, tmo, w, script, nkeys, ...)
     if w then
         limit = limit + w.ms
         sock:settimeouts(limit, limit, limit)
-        ok, v, msg, code = exchange(sock, rd, req .. w.req)
+        ok, v, msg, code = exchange_asking(sock, rd, req .. w.req, ask)
         if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
             ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
             if ok then
-                ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...) .. w.req)
+                ok, v, msg, code = exchange_asking(sock, rd,
+                    encode("EVAL", script.source, nkeys, ...) .. w.req, ask)
             end
         end
         if ok and v ~= nil then
@@ -369,37 +418,44 @@ local function attempt(self, cmd, req, tmo, w, script, nkeys, ...)
             if not wok then
                 pinned[co] = nil
                 sock:close()
-                return v, io_failure(self, wv, "waiting for WAIT's reply", limit)
+                return v, io_failure(who, wv, "waiting for WAIT's reply", limit)
             end
             local acked, fsynced = wait_counts(wv)
             if acked then
                 wres = { acked, fsynced }
             elseif wv == nil and wcode == "server" then
-                wres = format("server: %s: %s", self.name, sub(wmsg, 1, 200))
+                wres = format("server: %s: %s", who.name, sub(wmsg, 1, 200))
             else
-                wres = format("server: %s: unexpected reply to WAIT", self.name)
+                wres = format("server: %s: unexpected reply to WAIT", who.name)
             end
+        elseif ok and v == nil and code == "server" and node and ngx_cluster.redirection(self, msg) then
+            -- the script did not run there: WAIT's reply (due after up to
+            -- its timeout when the node lacks the replicas) is not worth
+            -- waiting for; the connection goes instead
+            pinned[co] = nil
+            sock:close()
+            return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
         elseif ok and v == nil and code == "server" then
             local wok, werr = next_reply(sock, rd) -- WAIT's, after the script's error
             if not wok then ok, v = nil, werr end
         end
     else
-        ok, v, msg, code = exchange(sock, rd, req)
+        ok, v, msg, code = exchange_asking(sock, rd, req, ask)
         if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
-            ok, v, msg, code = exchange(sock, rd, encode("EVAL", script.source, nkeys, ...))
+            ok, v, msg, code = exchange_asking(sock, rd, encode("EVAL", script.source, nkeys, ...), ask)
         end
     end
     if not ok then
         pinned[co] = nil
         sock:close()
         -- no retry on a pinned connection: a fresh one lacks its WATCH state
-        return nil, io_failure(self, v, "waiting for a reply", limit), "connection",
+        return nil, io_failure(who, v, "waiting for a reply", limit), "connection",
             reused and not was_pinned and v ~= "timeout", v == "timeout"
     end
     if v == nil and code ~= "server" then -- protocol error: the stream is lost
         pinned[co] = nil
         sock:close()
-        return nil, format("connection: %s: %s", self.name, msg), code, false
+        return nil, format("connection: %s: %s", who.name, msg), code, false
     end
     if v == nil and self.sentinel and ngx_sentinel.demoted(msg) then
         -- the master became a replica: nothing was written, a retry asks
@@ -419,17 +475,89 @@ local function attempt(self, cmd, req, tmo, w, script, nkeys, ...)
         if not kept then sock:close() end
     end
     if v == nil then
-        return nil, format("server: %s: %s", self.name, sub(msg, 1, 200)), "server"
+        return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
     end
     return v, wres
 end
 
-local function command_name(first)
-    if type(first) ~= "string" then return "" end
-    -- most commands come upper-case already: skip the copy then
-    local b = byte(first, 1)
-    if b and b >= 97 and b <= 122 then return upper(first) end
-    return first
+-- Redirections followed at once; past these a request waits a little
+-- before each further one (nodes that disagree while a slot changes hands
+-- send it back and forth), until its time limit (csrc/cluster.c's rule).
+local QUICK_TRIES = 3
+
+-- One command to one node of a Cluster (CLUSTER SLOTS), once more on a
+-- new connection when the pooled one was stale.
+local function cluster_exchange(self, node, ...)
+    local cmd, req = command_name((...)), encode(...)
+    local r, err, code, stale = attempt(self, node, false, cmd, req, nil, nil)
+    if r == nil and stale then r, err, code = attempt(self, node, false, cmd, req, nil, nil) end
+    return r, err, code
+end
+
+-- attempt for a server of a Cluster: the request goes to the master of
+-- slot (any node for -1), and MOVED, ASK, TRYAGAIN and CLUSTERDOWN are
+-- followed as csrc/cluster.c does, within the time limit (tmo, or the
+-- server's timeout): MOVED reloads the map, but believes MOVED for the
+-- slot; ASK sends ASKING and the request to the node named; TRYAGAIN and
+-- CLUSTERDOWN pause 5..40 ms and try again; an unreachable node gets the
+-- map reloaded from another node before one more try. Every request
+-- repeated this way is safe to repeat: a script finding our own token
+-- counts it as ours.
+local function routed(self, slot, cmd, req, tmo, w, script, nkeys, ...)
+    local deadline = now() + (tmo or self.timeout)
+    local tries, pause, ask_node, reloaded = 0, 5, nil, false
+    while true do
+        local node, ask = ask_node, ask_node ~= nil
+        if not node then
+            local err, code
+            node, err, code = ngx_cluster.node_for(self, slot, cluster_exchange)
+            if not node then return nil, err, code end
+        end
+        ask_node = nil
+        local v, err, code, stale, timed_out, raw =
+            attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
+        if v ~= nil then return v, err end
+        local kind, s, target
+        if code == "server" then kind, s, target = ngx_cluster.redirection(self, raw) end
+        if kind then
+            if kind == "moved" or kind == "ask" then tries = tries + 1 end
+            if kind == "tryagain" or kind == "down" or tries > QUICK_TRIES then
+                -- a slot half migrated, a failover under way: passes on
+                -- its own, so it is retried until the time limit
+                if now() + pause > deadline then return nil, err, code end
+                ngx.sleep(pause / 1000)
+                if pause < 40 then pause = pause * 2 end
+            end
+            if kind == "moved" then
+                -- a resharding moves many slots: reload the whole map
+                ngx_cluster.forget(self)
+                ngx_cluster.load(self, cluster_exchange)
+                if target then ngx_cluster.moved(self, s, target) end
+            elseif kind == "ask" then
+                if not target then
+                    return nil, format("server: %s: unreadable ASK redirection", self.name), "server"
+                end
+                ask_node = target
+            elseif kind == "down" then
+                ngx_cluster.forget(self) -- the map may change with the failover
+            end
+        elseif code == "connection" and not stale and not reloaded and not self.pinned[running()]
+            and now() < deadline then
+            -- the node may be gone (failover): ask another for the map
+            reloaded = true
+            if slot < 0 then
+                if ngx_cluster.any_node(self, node) == node then return nil, err, code, stale, timed_out end
+            else
+                ngx_cluster.forget(self)
+                if not ngx_cluster.load(self, cluster_exchange)
+                    or ngx_cluster.node_for(self, slot, cluster_exchange) == node then
+                    return nil, err, code, stale, timed_out
+                end
+            end
+        else
+            return nil, err, code, stale, timed_out
+        end
+    end
 end
 
 local function closed()
@@ -441,7 +569,10 @@ local function command(self, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:command(...) end
     local req = encode(...) -- raises on bad arguments, before any I/O
-    return attempt(self, command_name((...)), req, nil, nil)
+    if self.cluster then
+        return routed(self, ngx_cluster.command_slot(...), command_name((...)), req, nil, nil)
+    end
+    return attempt(self, nil, false, command_name((...)), req, nil, nil)
 end
 
 local function check_script(name, nkeys, n)
@@ -458,7 +589,10 @@ local function eval(self, script, name, nkeys, ...)
     if self.closed then return closed() end
     if not yieldable() then return fallback(self).conn:eval(name, nkeys, ...) end
     local req = encode("EVALSHA", script.sha, nkeys, ...)
-    return attempt(self, nil, req, nil, nil, script, nkeys, ...)
+    if self.cluster then
+        return routed(self, ngx_cluster.script_slot(nkeys, (...)), nil, req, nil, nil, script, nkeys, ...)
+    end
+    return attempt(self, nil, false, nil, req, nil, nil, script, nkeys, ...)
 end
 
 -- The encoded WAIT (or WAITAOF) of replica acknowledgement.
@@ -509,7 +643,12 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
     if server.closed then return closed() end
     if not yieldable() then return fallback(server).conn:eval_wait(name, replicas, ms, aof, nkeys, ...) end
     local req = encode("EVALSHA", script.sha, nkeys, ...)
-    return waited(attempt(server, nil, req, nil, wait_request(replicas, ms, aof), script, nkeys, ...))
+    local w = wait_request(replicas, ms, aof)
+    if server.cluster then
+        return waited(routed(server, ngx_cluster.script_slot(nkeys, (...)), nil, req, nil, w, script,
+            nkeys, ...))
+    end
+    return waited(attempt(server, nil, false, nil, req, nil, w, script, nkeys, ...))
 end
 
 --- Whether a connection is open for this caller now: in cosocket phases,
@@ -551,12 +690,21 @@ function _M.new(spec, mode, o)
         -- Sentinel: where the master is (redlock.ngx_sentinel), or nil
         sentinel = ngx_sentinel.new(spec, spec.connect_timeout or o.connect_timeout or 1000,
             spec.timeout or o.timeout or 1000),
+        -- Cluster: this worker's slot map for its seeds (redlock.ngx_cluster),
+        -- the pool and the names for each node; or nil
+        cluster = ngx_cluster.new(spec),
+        node_pools = {},
+        node_views = {},
+        slot_fences = b.slot_fences,
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
+    -- a Cluster's release subscriber (redlock.ngx_wait): one per worker,
+    -- seeds and credentials, as a pool is
+    if self.cluster then self.wait_id = pool_name(self, self.cluster.id, 0) end
     return self
 end
 
@@ -568,10 +716,16 @@ function _M.open(server, read_ms)
     if not sock then return nil, tostring(err) end
     sock:settimeouts(server.connect_timeout, server.timeout, read_ms)
     local ok
-    local host, port = server.host, server.port
+    local host, port, who = server.host, server.port, server
+    local node
     if server.sentinel then
         host, port = ngx_sentinel.address(server)
         if not host then return nil, port end
+    elseif server.cluster then
+        -- any node: a Cluster delivers every PUBLISH (a script's too) to
+        -- all its nodes
+        node = ngx_cluster.any_node(server)
+        host, port, who = node.dial, node.port, view(server, node)
     end
     if server.path then
         ok, err = sock:connect(server.path)
@@ -579,17 +733,18 @@ function _M.open(server, read_ms)
         ok, err = sock:connect(host, port)
     end
     if not ok then
-        return nil, format("connection: %s: could not connect (%s)", server.name, tostring(err))
+        if node then ngx_cluster.any_node(server, node) end -- the next try goes to another
+        return nil, format("connection: %s: could not connect (%s)", who.name, tostring(err))
     end
     if server.spec.tls and server.path == nil then
-        ok, err = handshake(server, sock, host)
+        ok, err = handshake(who, sock, node and node.host or host)
         if not ok then
             sock:close()
             return nil, err
         end
     end
     local rd = new_reader()
-    ok, err = setup(server, sock, rd, server.timeout)
+    ok, err = setup(who, sock, rd, server.timeout)
     if not ok then
         sock:close()
         return nil, err
@@ -631,7 +786,11 @@ end
 -- One server's part of a fan-out, in its own light thread.
 local function fan_one(server, tmo, w, script, nkeys, ...)
     if server.closed then return closed() end
-    return attempt(server, nil, encode("EVALSHA", script.sha, nkeys, ...), tmo, w, script, nkeys, ...)
+    local req = encode("EVALSHA", script.sha, nkeys, ...)
+    if server.cluster then
+        return routed(server, ngx_cluster.script_slot(nkeys, (...)), nil, req, tmo, w, script, nkeys, ...)
+    end
+    return attempt(server, nil, false, nil, req, tmo, w, script, nkeys, ...)
 end
 
 -- The light threads of a fan-out (see fanout_eval); w: WAIT with the

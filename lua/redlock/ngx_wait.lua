@@ -46,9 +46,10 @@ local CAN_WAIT = {
 }
 
 -- This worker's subscribers, by server (its pool name: address, database,
--- credentials). Each: server, running, stopping, ready, ready_at, waiting (key ->
--- { sema, n }), woken and woken_old (key -> ms of the last release seen),
--- swapped_at, idle_since.
+-- credentials; a Cluster's seed list in place of the address). Each:
+-- server, running, stopping, ready, ready_at, waiting (key -> { sema, n }),
+-- woken and woken_old (key -> ms of the last release seen), swapped_at,
+-- idle_since.
 local subscribers = {}
 
 local function wake_all(sub)
@@ -148,7 +149,7 @@ local function run(premature, sub)
 end
 
 local function subscriber(server)
-    local id = server.pool or server.name
+    local id = server.wait_id or server.pool or server.name
     local sub = subscribers[id]
     if not sub then
         sub = { server = server, running = false, stopping = false, ready = false, ready_at = 0, waiting = {},

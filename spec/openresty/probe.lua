@@ -290,4 +290,81 @@ function _M.sentinel()
     end
 end
 
+--- Redis Cluster clients, one per worker and seed list (and members:
+-- the ports of plain servers that join it in a Redlock quorum).
+local cluster_clients = {}
+local function cluster_client(args)
+    local id = args.url .. "|" .. (args.members or "")
+    local c = cluster_clients[id]
+    if not c then
+        local servers = { args.url }
+        for port in (args.members or ""):gmatch("%d+") do
+            servers[#servers + 1] = { host = counter.redis.host, port = tonumber(port) }
+        end
+        c = redlock.new { servers = servers, ttl = 5000, wait = 20000, retry_delay = 5, retry_jitter = 5,
+            connect_timeout = 300 }
+        cluster_clients[id] = c
+    end
+    return c
+end
+
+--- GET /cluster_incr?url=U&key=K[&members=P1,P2][&ms=N]: /incr on a
+-- Cluster: the counter K (GET and SET through the client's Cluster server,
+-- routed by slot) under the lock lock:K, with N ms (default 1) between the
+-- read and the write; with members, Redlock over the Cluster and those
+-- servers.
+function _M.cluster_incr()
+    local args = ngx.req.get_uri_args()
+    local c = cluster_client(args)
+    local server, key = c.servers[1], args.key
+    local ok, value, code = c:with_lock("lock:" .. key, function()
+        local v = assert(server:call("GET", key))
+        v = (v == ngx.null) and 0 or tonumber(v)
+        ngx.sleep((tonumber(args.ms) or 1) / 1000)
+        assert(server:call("SET", key, v + 1))
+        return v + 1
+    end)
+    if not ok then ngx.status = (code == "timeout" or code == "locked") and 503 or 502 end
+    ngx.say(value)
+end
+
+--- GET /cluster_try?url=U&key=K[&replicas=N]: one try_acquire (held 60 s) on
+-- a Cluster; answers token=, or code= and err=.
+function _M.cluster_try()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { args.url }, connect_timeout = 300, replicas = tonumber(args.replicas),
+        replica_timeout = 100 }
+    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+    if lock then
+        ngx.say("token=", lock.token)
+    else
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+end
+
+--- GET /cluster_notified?url=U&key=K&wait=MS: /notified on a Cluster (the
+-- worker's subscriber listens on one node, whichever the key's).
+function _M.cluster_notified()
+    local args = ngx.req.get_uri_args()
+    local client = redlock.new { servers = { args.url }, retry_delay = 10000, retry_jitter = 0,
+        wait = tonumber(args.wait) }
+    local lock, err = client:acquire(args.key)
+    if not lock then return ngx.say(err) end
+    lock:release()
+    ngx.say("taken")
+end
+
+--- set_by_lua: GET /cluster_set?url=U&key=K: where nginx has no cosockets,
+-- a lock on a Cluster over the C core's connection (held 60 s); answers
+-- the token and the phase, or the error.
+function _M.cluster_set()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { args.url }, connect_timeout = 300 }
+    local lock, err = c:try_acquire(args.key, { ttl = 60000 })
+    c:close()
+    if not lock then return "err=" .. tostring(err) end
+    return "token=" .. lock.token .. "\nphase=" .. ngx.get_phase()
+end
+
 return _M
