@@ -43,7 +43,6 @@ build = {
       ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
       ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",
       ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
-      ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",
       ["redlock.ngx_cluster"] = "lua/redlock/ngx_cluster.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.replicas"] = "lua/redlock/replicas.lua",
