@@ -122,10 +122,10 @@ static int read_map(redlock_cluster *c, int from, const redisReply *r) {
 static int load_map(redlock_conn *u) {
     redlock_cluster *c = u->cluster;
     const char *argv[2] = {"CLUSTER", "SLOTS"};
-    char why[ERRLEN];
+    char why[ERRLEN], refused[ERRLEN];
     int i, n = c->n;
     size_t used = 0;
-    why[0] = '\0';
+    why[0] = refused[0] = '\0';
     for (i = 0; i < n; i++) {
         redisReply *r = NULL;
         redlock_conn *node = c->nodes[i];
@@ -140,10 +140,14 @@ static int load_map(redlock_conn *u) {
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR) {
-            snprintf(u->err, ERRLEN, "server: %s: not a cluster node (CLUSTER SLOTS: %.120s)",
-                     node->name, r->str);
+            /* not a cluster node, or one that cannot answer now (LOADING
+             * after a restart, NOPERM): another node may */
+            if (refused[0] == '\0')
+                snprintf(refused, sizeof refused,
+                         "server: %s: not a cluster node (CLUSTER SLOTS: %.120s)", node->name,
+                         r->str);
             freeReplyObject(r);
-            return 2;
+            continue;
         }
         rc = read_map(c, i, r);
         freeReplyObject(r);
@@ -153,6 +157,10 @@ static int load_map(redlock_conn *u) {
         }
         c->loaded = 1;
         return 0;
+    }
+    if (refused[0] != '\0') {
+        memcpy(u->err, refused, ERRLEN);
+        return 2;
     }
     snprintf(u->err, ERRLEN, "connection: %s: no cluster node reachable (%.300s)", u->name, why);
     return 1;
@@ -288,7 +296,7 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                 /* the node may be gone (failover): ask another for the map */
                 c->loaded = 0;
                 reloaded = 1;
-                if (load_map(u) == 0 && c->nodes[c->owner[slot] - 1] != node)
+                if (load_map(u) == 0 && c->owner[slot] != 0 && c->nodes[c->owner[slot] - 1] != node)
                     continue;
                 snprintf(u->err, ERRLEN, "%s", node->err);
             }

@@ -25,9 +25,11 @@ typedef struct redlock_cluster {
  * SLOTS) and sends again; ASK sends ASKING and the command to the node it
  * names, once; TRYAGAIN and CLUSTERDOWN are retried with a growing pause
  * within the conn's timeout; a node that cannot be reached has the map
- * reloaded from another before one more try. Every retry is of a command
- * that was refused, or that the lock scripts make safe to repeat (a retry
- * with our own token counts as ours). Codes as conn.c's (0, 1 connection,
+ * reloaded from another before one more try. A retry is of a command that
+ * was refused, except that last one: a command whose reply was lost may have
+ * run, which the lock scripts make safe to repeat (a retry with our own
+ * token counts as ours; a second release answers 0) and which the library
+ * sends no other command through (its own are GET, SET, BLPOP). Codes as conn.c's (0, 1 connection,
  * 2 server) with u->err set. */
 int redlock_cluster_round_trip(struct redlock_conn *u, int argc, const char **argv,
                                const size_t *argvlen, redisReply **out, int *stale);

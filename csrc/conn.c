@@ -517,6 +517,8 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
     }
     wlen = redlock_wait_encode(w, wbuf, sizeof wbuf);
     redlock_conn_forget_inherited(u);
+    if (u->sentinels != NULL && u->ctx != NULL)
+        redlock_sentinel_recheck(u, u->sentinels->check_ms);
     reused = u->ctx != NULL;
     /* base 0 is "no timeout": it stays so; WAIT answers after its
      * timeout, plus up to a tick of the server's timer (hz 10: 100 ms) */
@@ -560,6 +562,17 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
         }
     }
     u->timeout_ms = base;
+    if (rc == OK && u->sentinels != NULL && (*r1)->type == REDIS_REPLY_ERROR &&
+        redlock_sentinel_demoted(u, (*r1)->str, (*r1)->len)) {
+        /* a master turned replica refused the script (the connection is
+         * dropped, WAIT's reply with it): nothing was written, retry */
+        freeReplyObject(*r1);
+        if (*r2 != NULL)
+            freeReplyObject(*r2);
+        *r1 = *r2 = NULL;
+        *stale = 1;
+        return E_CONNECTION;
+    }
     /* (a failed restore: the next call reconnects with the usual timeout) */
     if (rc != OK || (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(base)) != REDIS_OK))
         free_ctx(u);
@@ -957,13 +970,26 @@ static int conn_clone(lua_State *L) {
 
 /* conn:set_timeout(ms): the reply timeout from now on, for a blocking
  * command that must wait longer than the usual one. */
+void redlock_conn_set_timeouts(redlock_conn *u, int connect_ms, int reply_ms) {
+    if (connect_ms > 0)
+        u->connect_timeout_ms = connect_ms;
+    if (reply_ms >= 0) {
+        u->timeout_ms = reply_ms;
+        if (u->ctx != NULL && reply_ms > 0 && redisSetTimeout(u->ctx, ms_to_tv(reply_ms)) != REDIS_OK)
+            free_ctx(u); /* the next call reconnects with the new timeout */
+    }
+    if (u->cluster != NULL) { /* the nodes carry the Cluster conn's commands */
+        int i;
+        for (i = 0; i < u->cluster->n; i++)
+            redlock_conn_set_timeouts(u->cluster->nodes[i], connect_ms, reply_ms);
+    }
+}
+
 static int conn_set_timeout(lua_State *L) {
     conn_ud *u = check_conn(L);
     lua_Integer ms = luaL_checkinteger(L, 2);
     luaL_argcheck(L, ms >= 1 && ms <= 86400000, 2, "out of range (1 to 86400000)");
-    u->timeout_ms = (int)ms;
-    if (u->ctx != NULL && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK)
-        free_ctx(u); /* the next call reconnects with the new timeout */
+    redlock_conn_set_timeouts(u, -1, (int)ms);
     return 0;
 }
 

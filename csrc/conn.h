@@ -68,6 +68,10 @@ int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
  * and SELECT: what a connect is without Sentinel (csrc/sentinel.c). */
 int redlock_conn_connect_direct(redlock_conn *c);
 
+/* Sets the connect (if > 0) and reply (if >= 0; 0: none) timeouts of c,
+ * and of its nodes when it is a Cluster conn. */
+void redlock_conn_set_timeouts(redlock_conn *c, int connect_ms, int reply_ms);
+
 /* Adds conn() to the table on top of the stack and creates the metatable. */
 void redlock_conn_open(lua_State *L);
 

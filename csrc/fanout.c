@@ -132,6 +132,14 @@ static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
         /* clang 14's analyzer does not see va_start on this path */
         vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized) */
     va_end(ap);
+    if (s->owner != NULL && rc == RC_CONNECTION) {
+        /* a Cluster node that failed may be gone (a failover): the map is
+         * reloaded on the next use, and a connect that failed sent nothing,
+         * so the caller's one retry may go to the new owner now */
+        s->owner->cluster->loaded = 0;
+        if (flag == F_NONE && s->state == S_CONNECTING)
+            flag = F_STALE;
+    }
     s->rc = rc;
     s->flag = flag;
     s->state = S_DONE;
@@ -158,6 +166,7 @@ static void start_connect(slot *s) {
     u->ctx = c;
     u->gen = redlock_fork_generation();
     if (c->err) {
+        s->state = S_CONNECTING; /* (nothing sent: see fail) */
         fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", c->errstr);
         return;
     }

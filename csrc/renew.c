@@ -948,6 +948,9 @@ static int renewer_new(lua_State *L) {
             ud->r->conns[i]->timeout_ms = (int)cap;
         if (cap > 0 && ud->r->conns[i]->connect_timeout_ms > cap)
             ud->r->conns[i]->connect_timeout_ms = (int)cap;
+        /* a Cluster's nodes, which carry its commands, take the caps too */
+        redlock_conn_set_timeouts(ud->r->conns[i], ud->r->conns[i]->connect_timeout_ms,
+                                  ud->r->conns[i]->timeout_ms);
         /* the fan-out's limit: the longest of the (capped) reply timeouts */
         if (i == 0 || ud->r->conns[i]->timeout_ms > ud->r->timeout_ms)
             ud->r->timeout_ms = ud->r->conns[i]->timeout_ms;

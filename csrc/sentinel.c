@@ -153,7 +153,10 @@ static int is_master(redlock_conn *u) {
     if (role != NULL && role->type != REDIS_REPLY_STRING)
         role = NULL;
     master = role != NULL && role->len == 6 && memcmp(role->str, "master", 6) == 0;
-    if (!master)
+    if (!master && r->type == REDIS_REPLY_ERROR) /* NOPERM: the ACL user needs +role */
+        snprintf(u->err, ERRLEN, "server: %s: ROLE failed: %.*s", u->name,
+                 (int)(r->len > 120 ? 120 : r->len), r->str);
+    else if (!master)
         snprintf(u->err, ERRLEN,
                  "connection: %s: the sentinels name a server that is not a master (ROLE: %.*s)",
                  u->name, role ? (int)(role->len > 40 ? 40 : role->len) : 7,
@@ -180,8 +183,10 @@ int redlock_sentinel_connect(redlock_conn *u) {
         u->sentinels->checked_ms = mono_ms();
         if (is_master(u) == 1)
             return 0;
-        rc = 1; /* not a master yet, or ROLE failed: u->err says which */
         redlock_conn_drop(u);
+        if (strncmp(u->err, "server:", 7) == 0)
+            return 2; /* ROLE refused (an ACL without +role): asking again will not help */
+        rc = 1; /* not a master yet, or ROLE's round trip failed */
     }
     return rc;
 }
@@ -190,24 +195,31 @@ void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
     redlock_sentinels *s = u->sentinels;
     double t = mono_ms();
     char host[256], why[ERRLEN];
-    int i, port = 0;
+    int port = 0;
+    enum answer a;
     if (max_age_ms > s->check_ms)
         max_age_ms = s->check_ms;
     if (t - s->checked_ms < max_age_ms)
         return;
-    s->checked_ms = t; /* also when no sentinel answers: no storm of questions */
+    /* One question per check, to the first sentinel: the command waits for
+     * it, so sentinels that hang must cost one short timeout, not one per
+     * sentinel. One that does not answer goes to the back, and the next
+     * check comes a whole check_ms later. */
     why[0] = '\0';
-    for (i = 0; i < s->n; i++) {
-        enum answer a = master_from(s, i, host, sizeof host, &port, why, sizeof why);
-        if (a == A_FAILED)
-            continue;
-        if (i > 0)
-            to_front(s, i);
-        /* moved, or no longer known: connect again through the sentinels */
-        if (a == A_UNKNOWN || u->host == NULL || strcmp(host, u->host) != 0 || port != u->port)
-            redlock_conn_drop(u);
+    a = master_from(s, 0, host, sizeof host, &port, why, sizeof why);
+    if (a == A_FAILED) {
+        if (s->n > 1) {
+            redlock_conn *first = s->nodes[0];
+            memmove(s->nodes, s->nodes + 1, (size_t)(s->n - 1) * sizeof(redlock_conn *));
+            s->nodes[s->n - 1] = first;
+        }
+        s->checked_ms = mono_ms() + s->check_ms - max_age_ms;
         return;
     }
+    s->checked_ms = t;
+    /* moved, or no longer known: connect again through the sentinels */
+    if (a == A_UNKNOWN || u->host == NULL || strcmp(host, u->host) != 0 || port != u->port)
+        redlock_conn_drop(u);
 }
 
 static int has_word(const char *s, size_t len, const char *word) {

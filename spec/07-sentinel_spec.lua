@@ -197,6 +197,9 @@ describe("Sentinel", function()
             if skip then return end
             local c = redlock.new({ servers = url(), retry_delay = 10 })
             local quorum = redlock.new({ servers = { url(NAME), url("m2"), url("m3") } })
+            -- replica acknowledgement sends the script with WAIT (conn:eval_wait)
+            local acked = redlock.new({ servers = url(), replicas = 1, replica_timeout = 2000 })
+            assert.is_true((acked:with_lock(helper.key("failover-acked"), function() end)))
             local key, renewed_key = helper.key("failover"), helper.key("failover-renewed")
             assert.is_true((c:with_lock(key, function() end)))
             -- a lock renewed in the background across the switch (the renewal
@@ -234,7 +237,18 @@ describe("Sentinel", function()
                 local lock = assert(c:acquire(key))
                 assert.is_true(lock:release())
             end
+            -- (the new master's replica is the old master: WAIT 1 succeeds
+            -- once its link is up)
+            assert(helper.eventually(20000, function()
+                return master:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+            end), "the old master did not start replicating the new one")
+            for _ = 1, 5 do
+                local lock = assert(acked:acquire(key))
+                assert.is_true(lock.replicas >= 1)
+                assert.is_true(lock:release())
+            end
             assert.equal(old_calls, evalsha_calls(master))
+            acked:close()
 
             -- the renewal followed: the lock is still held, on the new master
             helper.sleep(3500) -- more than a ttl: a renewal on the old master alone would lose it

@@ -210,6 +210,10 @@ describe("Cluster", function()
         local key = "{fo}held"
         local master = helper.cluster_owner(cluster, key)
         local held = assert(client:acquire(key, { ttl = 60000 }))
+        -- a Redlock with the Cluster as one voter, its map loaded before
+        local a, b = helper.start_server(), helper.start_server()
+        local quorum = redlock.new({ servers = { cluster.url, a:url(), b:url() } })
+        assert.is_true((quorum:with_lock("{fo}quorum", function() end)))
         local replica
         assert(helper.eventually(5000, function()
             for _, node in ipairs(cluster.nodes) do
@@ -240,6 +244,16 @@ describe("Cluster", function()
         assert.is_nil(client:try_acquire(key))
         assert.is_true(held:release())
         assert.equal("0", replica:cli("EXISTS", key))
+        -- the fan-out reloads the map too: the Cluster votes again, from the new master
+        assert(helper.eventually(10000, function()
+            local lock = quorum:try_acquire("{fo}quorum")
+            local ok = lock and replica:cli("GET", "{fo}quorum") == lock.token
+            if lock then lock:release() end
+            return ok
+        end), "the Redlock's Cluster voter did not follow the failover")
+        quorum:close()
+        a:stop()
+        b:stop()
     end)
 
     it("gives clear errors for a bad seed list", function()

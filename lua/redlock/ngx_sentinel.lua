@@ -48,8 +48,9 @@ function _M.new(spec, connect_timeout, timeout)
         nodes = nodes,
         master_name = spec.master_name,
         check_ms = spec.sentinel_check or 1000,
-        connect_timeout = min(connect_timeout, TIMEOUT_CAP),
-        timeout = min(timeout, TIMEOUT_CAP),
+        -- (0 would be lua_socket_*_timeout for a cosocket: 60 s by default)
+        connect_timeout = connect_timeout > 0 and min(connect_timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
+        timeout = timeout > 0 and min(timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
         dict_key = "m:" .. spec.master_name .. "|" .. concat(addrs, ","),
         host = nil, port = nil, checked = -math.huge,
     }

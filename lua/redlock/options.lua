@@ -247,7 +247,7 @@ local function host_port(s, default)
     if find(s, "^%[") then
         host, port = match(s, "^%[([^%]]+)%]:?(%d*)$")
     else
-        host, port = match(s, "^([^:/@,%[%]]+):?(%d*)$")
+        host, port = match(s, "^([^:/@,?#%[%]]+):?(%d*)$")
     end
     if not host then return nil end
     port = port ~= "" and tonumber(port) or default
@@ -277,6 +277,7 @@ function _M.parse_sentinel_url(url)
     end
     if #server.sentinels == 0 then bad_url(url, "no sentinel") end
     server.master_name = unescape(name)
+    if find(server.master_name, "%z") then bad_url(url, "a NUL byte in the master name") end
     if db ~= "" then server.db = parse_db(url, db) end
     return server
 end
@@ -351,7 +352,7 @@ local function addresses(list, default)
         local host, port
         if type(addr) == "string" then
             host, port = host_port(addr, default)
-        elseif type(addr) == "table" and type(addr.host) == "string" then
+        elseif type(addr) == "table" and type(addr.host) == "string" and addr.host ~= "" then
             host, port = addr.host, addr.port or default
             if type(port) ~= "number" or port < 1 or port > 65535 or port ~= floor(port) then host = nil end
         end
@@ -367,8 +368,12 @@ local function check_sentinel_table(t, i)
     local function bad_field(why)
         error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 5)
     end
-    if t.host or t.path or t.port then bad_field("sentinels replace host, port and path") end
-    if not t.master_name or t.master_name == "" then bad_field("sentinels need a master_name") end
+    if t.host or t.path or t.port or t.cluster then
+        bad_field("sentinels replace host, port, path and cluster")
+    end
+    if not t.master_name or t.master_name == "" or find(t.master_name, "%z") then
+        bad_field("sentinels need a master_name (non-empty, no NUL byte)")
+    end
     if #t.sentinels == 0 or #t.sentinels > 64 then bad_field("1 to 64 sentinels expected") end
     local copy = { sentinels = {} }
     for k, v in pairs(t) do
