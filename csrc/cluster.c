@@ -219,8 +219,17 @@ static redlock_conn *node_for(redlock_conn *u, int slot, int *rc) {
 }
 
 redlock_conn *redlock_cluster_route(redlock_conn *u, int argc, const char **argv,
-                                    const size_t *argvlen, int *rc) {
-    return node_for(u, command_slot(argc, argv, argvlen), rc);
+                                    const size_t *argvlen, int *rc, int *asking) {
+    redlock_cluster *c = u->cluster;
+    int slot = command_slot(argc, argv, argvlen);
+    *asking = 0;
+    if (slot >= 0 && slot == c->ask_slot && c->ask_node >= 0 && c->ask_node < c->n) {
+        int node = c->ask_node;
+        c->ask_slot = c->ask_node = -1;
+        *asking = 1;
+        return c->nodes[node];
+    }
+    return node_for(u, slot, rc);
 }
 
 static int starts(const char *s, size_t len, const char *w) {
@@ -255,15 +264,22 @@ static int redirect_target(redlock_cluster *c, const char *err, size_t len, int 
 }
 
 int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
-    if (u->cluster == NULL)
+    redlock_cluster *c = u->cluster;
+    if (c == NULL)
         return 0;
-    if (starts(err, len, "MOVED ") || starts(err, len, "ASK ") || starts(err, len, "TRYAGAIN") ||
-        starts(err, len, "CLUSTERDOWN")) {
-        u->cluster->loaded = 0;
-        snprintf(u->err, ERRLEN, "connection: %s: %.*s", u->name, (int)(len > 120 ? 120 : len), err);
-        return 1;
+    if (starts(err, len, "ASK ")) {
+        int slot = -1, idx = redirect_target(c, err, len, &slot);
+        c->ask_slot = idx >= 0 ? slot : -1;
+        c->ask_node = idx;
+    } else if (starts(err, len, "TRYAGAIN")) {
+        pause_ms(10); /* a slot half migrated: it passes on its own */
+    } else if (starts(err, len, "MOVED ") || starts(err, len, "CLUSTERDOWN")) {
+        c->loaded = 0;
+    } else {
+        return 0;
     }
-    return 0;
+    snprintf(u->err, ERRLEN, "connection: %s: %.*s", u->name, (int)(len > 120 ? 120 : len), err);
+    return 1;
 }
 
 int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
@@ -367,6 +383,7 @@ redlock_cluster *redlock_cluster_copy(const redlock_cluster *src) {
     int i;
     if (c == NULL)
         return NULL;
+    c->ask_slot = c->ask_node = -1;
     for (i = 0; i < src->n; i++) {
         redlock_conn *node = redlock_conn_clone(src->nodes[i]);
         if (node == NULL || redlock_cluster_add(c, node) != 0) {

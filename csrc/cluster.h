@@ -16,6 +16,7 @@ typedef struct redlock_cluster {
     int n, cap;
     struct redlock_conn **nodes;
     int loaded;                           /* the map is believed current */
+    int ask_slot, ask_node;               /* an ASK to follow once (-1: none) */
     unsigned short owner[REDLOCK_SLOTS];  /* node index + 1 of a slot's master; 0: unknown */
 } redlock_cluster;
 
@@ -35,14 +36,17 @@ int redlock_cluster_round_trip(struct redlock_conn *u, int argc, const char **ar
                                const size_t *argvlen, redisReply **out, int *stale);
 
 /* The node conn a command goes to (the map loaded first if need be), for
- * the fan-out, which drives node conns itself; NULL with u->err set and
- * *rc the conn.c code. */
+ * the fan-out and the WAIT round trip, which drive node conns themselves;
+ * NULL with u->err set and *rc the conn.c code. *asking: 1 when the command
+ * follows an ASK and must go after ASKING on the same connection. */
 struct redlock_conn *redlock_cluster_route(struct redlock_conn *u, int argc, const char **argv,
-                                           const size_t *argvlen, int *rc);
+                                           const size_t *argvlen, int *rc, int *asking);
 
 /* After an error reply from a node of u: 1 when it was a redirection or a
- * transient refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN); the map is then
- * reloaded before the next command, and the command was not carried out. */
+ * transient refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), and the command
+ * was not carried out: MOVED and CLUSTERDOWN have the map reloaded before
+ * the next command, ASK sends the next one for that slot to the node it
+ * names (after ASKING), TRYAGAIN waits a moment. */
 int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t len);
 
 /* Loads the slot map unless it is current: 0, or a conn.c code with u->err. */

@@ -495,11 +495,21 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
     if (u->cluster != NULL) {
         /* the node of the key's slot; a redirection (both replies read)
          * reloads the map and sends again, a few times */
-        int tries;
-        for (tries = 0; tries < 5; tries++) {
-            conn_ud *node = redlock_cluster_route(u, argc, argv, argvlen, &rc);
+        int tries, asking = 0;
+        for (tries = 0; tries < 8; tries++) {
+            conn_ud *node = redlock_cluster_route(u, argc, argv, argvlen, &rc, &asking);
             if (node == NULL)
                 return rc;
+            if (asking) { /* ASKING on the connection the script goes on next */
+                const char *ask[1] = {"ASKING"};
+                redisReply *ok = NULL;
+                rc = round_trip(node, 1, ask, NULL, &ok, stale);
+                if (rc != OK) {
+                    memcpy(u->err, node->err, ERRLEN);
+                    return rc;
+                }
+                freeReplyObject(ok);
+            }
             rc = round_trip_wait(node, argc, argv, argvlen, w, r1, r2, stale);
             if (rc != OK) {
                 memcpy(u->err, node->err, ERRLEN);
@@ -851,6 +861,7 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
     u->cluster = calloc(1, sizeof *u->cluster);
     if (u->cluster == NULL)
         return luaL_error(L, "out of memory");
+    u->cluster->ask_slot = u->cluster->ask_node = -1;
     for (i = 1; i <= n; i++) {
         conn_ud *node;
         const char *host;

@@ -77,6 +77,7 @@ typedef struct {
     int auth_due;  /* the next of them is AUTH's */
     int evaled;    /* NOSCRIPT was answered with EVAL */
     int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
+    int asking;    /* a Cluster node named by ASK: ASKING goes first */
     int want;      /* S_HANDSHAKE: POLLIN or POLLOUT */
     int limit_ms;  /* its time to answer, from the start of the call */
     redisReply *reply;
@@ -275,6 +276,9 @@ static int is_noscript(const redisReply *r) {
     return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+/* ASKING, as RESP: sent before a command that follows an ASK redirection. */
+static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
+
 /* Takes the complete replies out of the reader. */
 static void take_replies(batch *b, slot *s) {
     redisContext *c = s->u->ctx;
@@ -294,7 +298,7 @@ static void take_replies(batch *b, slot *s) {
             continue;
         }
         if (s->setup > 0) {
-            const char *what = s->auth_due ? "AUTH" : "SELECT";
+            const char *what = s->auth_due ? "AUTH" : s->asking ? "ASKING" : "SELECT";
             s->setup--;
             s->auth_due = 0;
             if (r->type == REDIS_REPLY_ERROR) {
@@ -312,6 +316,13 @@ static void take_replies(batch *b, slot *s) {
             freeReplyObject(r);
             s->evaled = 1;
             s->skip = b->wlen > 0;
+            if (s->asking) { /* the EVAL goes to an ASK's node too */
+                if (redisAppendFormattedCommand(c, ASKING, sizeof ASKING - 1) != REDIS_OK) {
+                    fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
+                    return;
+                }
+                s->setup++;
+            }
             if ((b->alt == NULL && encode_eval(b) != 0) ||
                 redisAppendFormattedCommand(c, b->alt, (size_t)b->altlen) != REDIS_OK ||
                 (b->wlen > 0 &&
@@ -414,7 +425,7 @@ static void start(batch *b, slot *s) {
     if (!u->closed && u->cluster != NULL) {
         /* a Cluster: the node that serves the key, from the slot map */
         int rc = 0;
-        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen, &rc);
+        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen, &rc, &s->asking);
         if (node == NULL) {
             s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
             s->flag = F_NONE;
@@ -453,6 +464,15 @@ static void start(batch *b, slot *s) {
     } else {
         s->reused = 1;
         s->state = S_WRITING;
+    }
+    if (s->asking) {
+        /* after an ASK: ASKING just before the command, its reply skipped
+         * as a setup reply */
+        if (redisAppendFormattedCommand(u->ctx, ASKING, sizeof ASKING - 1) != REDIS_OK) {
+            fail(s, RC_CONNECTION, F_NONE, "could not encode the command");
+            return;
+        }
+        s->setup++;
     }
     if (redisAppendFormattedCommand(u->ctx, b->cmd, (size_t)b->cmdlen) != REDIS_OK ||
         (b->wlen > 0 &&
