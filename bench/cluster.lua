@@ -48,22 +48,13 @@ end
 -- MOVED: the key's slot (no keys in it between cycles but the fence
 -- counter) handed to the next master, then one cycle; against one cycle
 -- on a current map, measured the same way
-local function owner_id(node) return node:cli("CLUSTER", "MYID") end
 local masters = {}
 for _, node in ipairs(cluster.nodes) do masters[#masters + 1] = node end
 local moved, steady = {}, {}
 for _ = 1, MOVES do
     local from, slot = helper.cluster_owner(cluster, key)
     local to = masters[1] == from and masters[2] or masters[1]
-    local to_id = owner_id(to)
-    to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", owner_id(from))
-    from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", to_id)
-    local keys = {}
-    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do keys[#keys + 1] = k end
-    if #keys > 0 then
-        from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
-    end
-    for _, node in ipairs(masters) do node:cli("CLUSTER", "SETSLOT", slot, "NODE", to_id) end
+    helper.move_slot(cluster, slot, from, to)
     moved[#moved + 1] = cycle_us(on_cluster, key, 1)
     steady[#steady + 1] = cycle_us(on_cluster, key, 1)
 end

@@ -162,32 +162,9 @@ describe("Cluster", function()
             workers[i] = helper.spawn("spec/workers/cluster_counter.lua", cluster.url, lock_key, counter_key,
                 "5000")
         end
-        -- as redis-cli --cluster reshard does: IMPORTING and MIGRATING, the
-        -- slot's keys MIGRATEd ten at a time until none is left (here twice,
-        -- with the workers going on between: new keys land on the target
-        -- through ASK), then the slot given to the target; there and back
-        local function reshard(src, dst)
-            local src_id, dst_id = src:cli("CLUSTER", "MYID"), dst:cli("CLUSTER", "MYID")
-            assert.equal("OK", dst:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id))
-            assert.equal("OK", src:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id))
-            local function migrate_all()
-                repeat
-                    local keys = {}
-                    for k in src:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do
-                        keys[#keys + 1] = k
-                    end
-                    if #keys > 0 then
-                        src:cli("MIGRATE", "127.0.0.1", dst.port, "", "0", "5000", "KEYS", table.unpack(keys))
-                    end
-                until #keys == 0
-            end
-            migrate_all()
-            helper.sleep(100)
-            migrate_all()
-            for _, node in ipairs(cluster.nodes) do
-                if node:cli("ROLE"):match("^master") then node:cli("CLUSTER", "SETSLOT", slot, "NODE", dst_id) end
-            end
-        end
+        -- there and back, as redis-cli --cluster reshard does (new keys
+        -- land on the target through ASK while the keys move)
+        local function reshard(src, dst) helper.move_slot(cluster, slot, src, dst, 100) end
         helper.sleep(800)
         reshard(from, to)
         helper.sleep(1000)

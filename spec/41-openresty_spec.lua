@@ -580,24 +580,7 @@ describe("OpenResty (nginx + Lua module)", function()
             local reqs = {}
             for i = 1, 30 do reqs[i] = ngx_server:bg("/cluster_incr?ms=20&key=%7Bmv%7Db&url=" .. url) end
             helper.sleep(100)
-            local src_id, dst_id = from:cli("CLUSTER", "MYID"), to:cli("CLUSTER", "MYID")
-            assert.equal("OK", to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id))
-            assert.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id))
-            local function migrate_all()
-                repeat
-                    local keys = {}
-                    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do
-                        keys[#keys + 1] = k
-                    end
-                    if #keys > 0 then
-                        from:cli("MIGRATE", "127.0.0.1", to.port, "", "0", "5000", "KEYS", table.unpack(keys))
-                    end
-                until #keys == 0
-            end
-            migrate_all()
-            helper.sleep(100)
-            migrate_all()
-            for _, node in ipairs(cluster.nodes) do node:cli("CLUSTER", "SETSLOT", slot, "NODE", dst_id) end
+            helper.move_slot(cluster, slot, from, to, 100)
             local seen = {}
             for i = 1, 30 do
                 local body, code = reqs[i].wait()

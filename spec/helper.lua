@@ -93,7 +93,12 @@ local running = {}
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
     local args = { NO_PRELOAD .. "redis-cli", "-h 127.0.0.1", "-p", self.port }
-    if self.tls_cli then args[#args + 1] = self.tls_cli end
+    if self.tls_cli then
+        -- a TLS handshake with a plaintext server on that port (ours did not
+        -- bind: another took the port) would wait forever
+        args[1] = NO_PRELOAD .. "timeout 10 redis-cli"
+        args[#args + 1] = self.tls_cli
+    end
     if self.password then
         if self.username_cli then
             args[#args + 1] = "--user " .. quote(self.username_cli)
@@ -157,7 +162,9 @@ local function ready(self)
     for _ = 1, 250 do
         if not alive(self.pid) then return false end
         local out = self:cli("PING")
-        if out == "PONG" then return true end
+        -- (and still alive: a server that could not bind its port exits,
+        -- and another one may answer there)
+        if out == "PONG" then return alive(self.pid) end
         _M.sleep(20)
     end
     return false
@@ -355,6 +362,35 @@ function _M.start_cluster(masters, replicas, opts)
         return true
     end), "the cluster did not reach cluster_state:ok")
     return { nodes = nodes, seeds = addrs, url = "redis+cluster://" .. table.concat(addrs, ",", 1, 2) }
+end
+
+--- Moves `slot` of a cluster (from start_cluster) from master src to
+-- master dst as `redis-cli --cluster reshard` does: IMPORTING and
+-- MIGRATING, the slot's keys MIGRATEd ten at a time until none is left
+-- (twice, pause_ms apart, when pause_ms is given: clients going on between
+-- create keys on dst through ASK), then the slot given to dst on every
+-- master.
+function _M.move_slot(cluster, slot, src, dst, pause_ms)
+    local src_id, dst_id = src:cli("CLUSTER", "MYID"), dst:cli("CLUSTER", "MYID")
+    assert(dst:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == "OK", "SETSLOT IMPORTING failed")
+    assert(src:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == "OK", "SETSLOT MIGRATING failed")
+    local function migrate_all()
+        repeat
+            local keys = {}
+            for k in src:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do keys[#keys + 1] = k end
+            if #keys > 0 then
+                src:cli("MIGRATE", "127.0.0.1", dst.port, "", "0", "5000", "KEYS", (table.unpack or unpack)(keys))
+            end
+        until #keys == 0
+    end
+    migrate_all()
+    if pause_ms then
+        _M.sleep(pause_ms)
+        migrate_all()
+    end
+    for _, node in ipairs(cluster.nodes) do
+        if node:cli("ROLE"):match("^master") then node:cli("CLUSTER", "SETSLOT", slot, "NODE", dst_id) end
+    end
 end
 
 --- The node of a cluster (from start_cluster) that serves key now.
