@@ -21,6 +21,7 @@ local quorum = require "redlock.quorum"
 local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 local replicas = require "redlock.replicas"
+local events = require "redlock.events"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
@@ -30,6 +31,7 @@ local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcal
 local format, floor, ceil, max, find = string.format, math.floor, math.ceil, math.max, string.find
 local dispatch = hold.dispatch
 local FAIR_AFTER = require("redlock.notify").FAIR_AFTER
+local emit, count_acquire = events.emit, events.count_acquire
 
 local _M = {
     --- Version of this module, "MAJOR.MINOR.PATCH".
@@ -103,6 +105,8 @@ function _M.new(opts)
     local slot_fences = false
     for _, server in ipairs(servers) do slot_fences = slot_fences or server.slot_fences end
     for _, server in ipairs(servers) do server.slot_fences = slot_fences end
+    local names = {}
+    for i, server in ipairs(servers) do names[i] = server.name end
     return setmetatable({
         opts = o,
         servers = servers,
@@ -114,6 +118,11 @@ function _M.new(opts)
         -- the servers' module: its sleep() waits between attempts
         transport = transport,
         closed = false,
+        -- the servers' names, as events show them (never a password)
+        names = names,
+        -- the counters of stats() (redlock.events), always on
+        st = events.new_stats(),
+        renewals_base = 0,
     }, Client)
 end
 
@@ -132,10 +141,10 @@ end
 -- floor's speed. What the answer means is still theirs.
 -- unfenced: fence = false (no counter touched, no fence answered). rep:
 -- the options when the lock waits for replicas (the strategy's way).
-local function first_attempt(client, key, token, ttl, unfenced, rep)
+local function first_attempt(client, key, token, ttl, unfenced, rep, hook)
     local server = client.one
     if not server or server.ops ~= scripted or unfenced or rep then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep)
+        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
     local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
@@ -175,6 +184,8 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         -- replicas that acknowledged the write that gave its validity; 0
         -- when none was waited for
         replicas = acked or 0,
+        -- opts.on_event (redlock.events), or nil
+        on_event = o.on_event,
     }, Lock)
     if acked then
         if lock.expires <= now() then return too_late(client, key, token, o, acked) end
@@ -182,6 +193,26 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
     end
     if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
     return lock
+end
+
+-- What an ended acquire counts as (redlock.events), by its code.
+local ACQUIRE_KIND = { locked = "refused", timeout = "timeout", ["no quorum"] = "quorum_failed" }
+
+-- Every acquire ends here (started at `start`, after `attempts` requests):
+-- counts it in stats() and, with a hook, tells it. Passes the outcome on.
+local function ended(client, o, key, start, attempts, lock, err, code)
+    local waited = now() - start
+    local kind = lock and "acquired" or ACQUIRE_KIND[code] or "server_error"
+    count_acquire(client.st, kind, waited)
+    if not lock and kind == "server_error" and client.one then
+        client.one.errors = (client.one.errors or 0) + 1
+    end
+    local hook = o.on_event
+    if hook then
+        emit(client, hook, { type = kind, key = show_key(key), waited = floor(waited), attempts = attempts,
+            fence = lock and lock.fence or nil, err = err, code = code })
+    end
+    return lock, err, code
 end
 
 -- An attempt that failed (not a refusal): its message, naming the key.
@@ -196,6 +227,7 @@ end
 -- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
 -- newcomer beats waits again with what is left of its budget.
 local function retry(client, key, o, wait, renew, token, start, pttl, where)
+    local attempts, hook = 1, o.on_event
     local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals announce it to the releases, which then
@@ -216,8 +248,9 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
             -- a waiter that gives up leaves the waiters set now, not when
             -- the set expires (releases would keep waking nobody)
             if waiting then strategy.give_up(client, key, token) end
-            return nil, format("timeout: waited %d ms for %s, held by another owner on %s",
+            local err, code = format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
+            return ended(client, o, key, start, attempts, nil, err, code)
         end
         if notified and waiting == nil then
             waiting = ms_string(ceil(wait))
@@ -241,13 +274,16 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where)
                 end
             end
         end
-        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced, rep)
-        if ok then return taken(client, key, token, v2, o, renew, t0, where2) end
+        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced, rep, hook)
+        attempts = attempts + 1
+        if ok then
+            return ended(client, o, key, start, attempts, taken(client, key, token, v2, o, renew, t0, where2))
+        end
         if ok == false then
             v, where = v2, where2
         elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
             if waiting then strategy.give_up(client, key, token) end
-            return failed(key, v2, where2)
+            return ended(client, o, key, start, attempts, failed(key, v2, where2))
         end
         -- (TRYAGAIN: a Cluster slot half migrated for longer than the
         -- timeout; nothing ran, and the wait goes on as for a holder)
@@ -262,15 +298,21 @@ local function acquire(client, key, o, wait, renew)
         if lock or err then return lock, err, code end
     end
     local token, start = new_token(), now()
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep)
-    if ok then return taken(client, key, token, v, o, renew, start, where) end
-    if ok == nil then return failed(key, v, where) end
+    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
+        o.on_event)
+    if ok then
+        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
+    end
+    if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where) end
     -- a strategy may say why other than "locked" (Redlock: no quorum)
-    if why then return nil, format("%s (acquiring %s)", why, show_key(key)), why_code end
+    if why then
+        return ended(client, o, key, start, 1, nil, format("%s (acquiring %s)", why, show_key(key)), why_code)
+    end
     -- (concatenation: try_acquire on a held key builds this every time)
-    return nil, "locked: " .. show_key(key) .. " is held by another owner on " .. where
+    local err, code = "locked: " .. show_key(key) .. " is held by another owner on " .. where
         .. (v >= 0 and " (expires in " .. floor(v) .. " ms)" or " (expires in never: no ttl)"), "locked"
+    return ended(client, o, key, start, 1, nil, err, code)
 end
 
 --- A client, made by `new`: its servers, options and connections.
@@ -289,7 +331,7 @@ function Client:acquire(key, opts)
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
     if self.closed then return closed() end
     local renewer = self.renewer
-    if renewer and renewer:pending() then dispatch(self) end
+    if renewer and (self.polls or renewer:pending()) then dispatch(self) end
     return acquire(self, key, o, o.wait, o.renew == true)
 end
 
@@ -302,7 +344,7 @@ function Client:try_acquire(key, opts)
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
     if self.closed then return closed() end
     local renewer = self.renewer
-    if renewer and renewer:pending() then dispatch(self) end
+    if renewer and (self.polls or renewer:pending()) then dispatch(self) end
     return acquire(self, key, o, 0, o.renew == true)
 end
 
@@ -318,7 +360,7 @@ end
 local function finish(client, lock, ok, ...)
     local told, terr = true, nil
     local renewer = client.renewer
-    if renewer and renewer:pending() then told, terr = pcall(dispatch, client) end
+    if renewer and (client.polls or renewer:pending()) then told, terr = pcall(dispatch, client) end
     local released, rerr, rcode = lock:release()
     if not ok then error((...), 0) end
     if not told then error(terr, 0) end
@@ -348,7 +390,7 @@ function Client:with_lock(key, opts, fn)
     local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
     if self.closed then return closed() end
     local renewer = self.renewer
-    if renewer and renewer:pending() then dispatch(self) end
+    if renewer and (self.polls or renewer:pending()) then dispatch(self) end
     local lock, err, code = acquire(self, key, o, o.wait, o.renew ~= false)
     if not lock then return nil, err, code end
     return finish(self, lock, pcall(fn, lock))
@@ -374,6 +416,28 @@ function Client:mode(server)
     if not s then error(format("bad argument #1 to 'mode' (no server %s)", tostring(server)), 2) end
     if self.closed then return closed() end
     return s:chosen_mode()
+end
+
+--- Counters of what this client's locks did, always kept (see
+-- docs/events.md): acquired, refused, timeout, quorum_failed, released,
+-- not_owner, extended, lost, server_error, hook_errors, renewed (by the
+-- renewal thread); wait = {count, sum, max, buckets} (ms from the call
+-- to the end of every acquire, buckets cumulative {le = ms, count = n});
+-- servers = {[name] = {errors = n}}. Does no I/O; works on a closed client.
+-- @tparam[opt=false] boolean reset zero the counters after reading them
+-- @treturn table a fresh table
+function Client:stats(reset)
+    if reset ~= nil and type(reset) ~= "boolean" then
+        error(format("bad argument #1 to 'stats' (boolean expected, got %s)", type(reset)), 2)
+    end
+    local renewer, renewals = self.renewer, 0
+    if renewer and not self.closed then
+        local _, made = renewer:stats()
+        renewals = math.floor(made)
+    end
+    local out = events.snapshot(self, renewals - self.renewals_base, reset)
+    if reset then self.renewals_base = renewals end
+    return out
 end
 
 --- Closes every connection. Idempotent; afterwards every call returns
@@ -438,16 +502,34 @@ function Lock:lost()
     return false
 end
 
+-- The end of an extend or release (verb: the event of a success): counted
+-- in stats() and, with a hook, told. Passes the outcome on.
+local LOCK_KIND = { ["not owner"] = "not_owner", closed = false }
+local function lock_ended(lock, verb, ok, err, code)
+    local kind = ok and verb or LOCK_KIND[code]
+    if kind == nil then kind = "server_error" end
+    if kind then
+        local client = lock.client
+        local st = client.st
+        st[kind] = st[kind] + 1
+        if kind == "server_error" and client.one then
+            client.one.errors = (client.one.errors or 0) + 1
+        end
+        local hook = lock.on_event
+        if hook then
+            emit(client, hook, { type = kind, key = show_key(lock.key), fence = lock.fence, err = err,
+                code = code })
+        end
+    end
+    return ok, err, code
+end
+
 local function not_owner(lock, where, how)
     return nil, format("not owner: %s is no longer held by this lock on %s (%s)",
         show_key(lock.key), where, how), "not owner"
 end
 
---- Extends the lock to `ttl` ms from now (default: the ttl it was taken
--- with), only if this lock still holds it.
--- @tparam[opt] integer ttl ms
--- @treturn true|nil true, or nil, message, code (not owner, connection, ...)
-function Lock:extend(ttl)
+local function extend(self, ttl)
     if ttl ~= nil then
         options.checks.positive_integer("extend", "ttl", ttl)
     end
@@ -480,17 +562,11 @@ function Lock:extend(ttl)
     return nil, format("%s (extending %s)", where, show_key(self.key)), code
 end
 
---- Releases the lock if this lock still holds it. Releasing a lock already
--- released, expired or taken over returns nil, "not owner: ...", as does
--- releasing a lock its renewal found lost (the key is still deleted if
--- it holds our token). A re-entrant lock held more than once only counts
--- one hold down; the last release deletes the key.
--- @treturn true|nil true, or nil, message, code
-function Lock:release()
+local function release(self)
     local client = self.client
     if client.closed then return closed() end
     local renewer = client.renewer
-    if renewer and renewer:pending() then dispatch(client) end
+    if renewer and (client.polls or renewer:pending()) then dispatch(client) end
     if self.released then return not_owner(self, "this client", "already released") end
     -- (a lock without renewal, re-entrance or a known loss skips hold's work)
     local lost = (self.renewal or self.lost_reason) and hold.renewal_lost(self)
@@ -538,6 +614,20 @@ function Lock:release()
     end
     return nil, format("%s (releasing %s)", where, show_key(self.key)), code
 end
+
+--- Extends the lock to `ttl` ms from now (default: the ttl it was taken
+-- with), only if this lock still holds it.
+-- @tparam[opt] integer ttl ms
+-- @treturn true|nil true, or nil, message, code (not owner, connection, ...)
+function Lock:extend(ttl) return lock_ended(self, "extended", extend(self, ttl)) end
+
+--- Releases the lock if this lock still holds it. Releasing a lock already
+-- released, expired or taken over returns nil, "not owner: ...", as does
+-- releasing a lock its renewal found lost (the key is still deleted if
+-- it holds our token). A re-entrant lock held more than once only counts
+-- one hold down; the last release deletes the key.
+-- @treturn true|nil true, or nil, message, code
+function Lock:release() return lock_ended(self, "released", release(self)) end
 
 -- Lua 5.4: `local lock <close> = ...` releases at the end of the scope.
 function Lock:__close()

@@ -14,6 +14,7 @@ local VARS = {
     "REDLOCK_SERVERS", "REDLOCK_TTL", "REDLOCK_WAIT", "REDLOCK_MODE", "REDLOCK_CONNECT_TIMEOUT",
     "REDLOCK_TIMEOUT", "REDLOCK_KILL_ON_LOST", "REDLOCK_CONFLICT_EXIT_CODE", "REDLOCK_QUIET",
     "REDLOCK_PASSWORD", "REDLOCK_USERNAME", "REDLOCK_REPLICAS", "REDLOCK_REPLICA_TIMEOUT",
+    "REDLOCK_VERBOSE",
 }
 
 local function read(path)
@@ -216,6 +217,27 @@ describe("redlock command", function()
             assert.equal(data:command("GET", "redlock:fence"), fence)
             assert.equal("10000", ttl)
             assert.equal(0, data:command("EXISTS", key))
+        end)
+
+        it("--verbose (-v, REDLOCK_VERBOSE) prints the lock's events on stderr: acquired, extended, released",
+            function()
+            local key = helper.key()
+            local code, out, err = redlock({ "-s", url, "-v", "-t", "300", "run", key, "--", "sh", "-c",
+                "sleep 0.5; echo done" })
+            assert.equal(0, code, err)
+            assert.equal("done\n", out)
+            local shown = require("redlock.util").show_key(key)
+            local function has(kind) return err:find("redlock: event " .. kind .. " " .. shown, 1, true) end
+            assert.truthy(has("acquired"), err)
+            assert.truthy(has("extended"), err)
+            assert.truthy(has("released"), err)
+            assert.matches("waited=%d+ attempts=1 fence=%d+", err)
+            local code1, _, err1 = redlock({ "-s", url, "run", key, "--", "true" }, { REDLOCK_VERBOSE = "1" })
+            assert.equal(0, code1, err1)
+            assert.truthy(err1:find("redlock: event released " .. shown, 1, true), err1)
+            local code2, _, err2 = redlock({ "-s", url, "run", key, "--", "true" })
+            assert.equal(0, code2, err2)
+            assert.equal("", err2)
         end)
 
         it("passes a killing signal on as 128+N, and 127/126 when CMD cannot run", function()

@@ -9,6 +9,9 @@ local EXAMPLES = {
         "waited for the rebuild", "found it fresh" } },
     { "examples/fencing.lua", { "stale fence %d+: this store has seen %d+", "not owner:",
         "store holds \"written by B\"", "late write was rejected" } },
+    { "examples/metrics.lua", { 'redlock_events_total{app="example",type="acquired"} 4',
+        'redlock_wait_ms_count{app="example"} 10', "lock lost: key='example:metrics' reason=gone",
+        "1 lost lock logged" } },
 }
 
 describe("examples", function()

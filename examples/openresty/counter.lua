@@ -21,6 +21,8 @@ function _M.init(redis)
         wait = 10000,     -- how long a request waits for the lock
         retry_delay = 5,  -- while it waits, ngx.sleep: the worker serves others
         retry_jitter = 5,
+        -- each lock event counted in a shared dict, served at /metrics
+        on_event = require("metrics").on_event,
     }
 end
 

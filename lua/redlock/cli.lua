@@ -68,6 +68,8 @@ Options ([VARIABLE]: the same from the environment; options win):
                      exit status when the lock is not acquired (default 1)
                      [REDLOCK_CONFLICT_EXIT_CODE]
   -q, --quiet        no messages on stderr [REDLOCK_QUIET=1]
+  -v, --verbose      print each lock event (acquired, extended, released,
+                     lost, ...) on stderr [REDLOCK_VERBOSE=1]
       --tls          TLS to every server, even redis:// URLs [REDLOCK_TLS=1]
                      (any --tls-* option implies it)
       --tls-ca-file FILE, --tls-ca-path DIR   the CAs to trust instead of
@@ -103,8 +105,22 @@ Exit status:
   128+N    CMD was killed by signal N
 ]=]
 
-local function make_client(cfg)
+-- --verbose: one line per event (docs/events.md) on err.
+local function event_printer(err)
+    return function(ev)
+        local parts = { "redlock: event ", ev.type, " ", ev.key }
+        for _, field in ipairs { "server", "waited", "attempts", "fence", "code", "err" } do
+            local v = ev[field]
+            if v ~= nil then parts[#parts + 1] = format(" %s=%s", field, tostring(v)) end
+        end
+        parts[#parts + 1] = "\n"
+        err:write(table.concat(parts))
+    end
+end
+
+local function make_client(cfg, err)
     local ok, client = pcall(redlock.new, {
+        on_event = cfg.verbose and event_printer(err) or nil,
         servers = cfg.servers,
         ttl = cfg.ttl,
         wait = cfg.wait,
@@ -274,7 +290,7 @@ function _M.main(args, getenv, out, err)
         ctx.say = function(msg)
             if not cfg.quiet then err:write("redlock: ", msg, "\n") end
         end
-        ctx.client = make_client(cfg)
+        ctx.client = make_client(cfg, err)
         return COMMANDS[cfg.command](ctx)
     end)
     if ctx.client then ctx.client:close() end

@@ -9,10 +9,12 @@
 -- when they are the ones to find the token gone. It runs once per lock.
 local core = require "redlock.core"
 local options = require "redlock.options"
+local events = require "redlock.events"
+local show_key = require("redlock.util").show_key
 
 local new_renewer, now = core.renewer, core.now
 local checks = options.checks
-local setmetatable, ipairs, next, error, pcall = setmetatable, ipairs, next, error, pcall
+local setmetatable, ipairs, pairs, next, error, pcall = setmetatable, ipairs, pairs, next, error, pcall
 local floor, format = math.floor, string.format
 
 local _M = {}
@@ -35,6 +37,7 @@ options.CALL.max_hold = checks.positive_integer
 options.CALL.on_lost = checks.callable
 options.CALL.reentrant = checks.boolean
 options.CALL.owner = checks.owner
+options.CALL.on_event = checks.callable
 options.DEFAULTS.max_hold = _M.MAX_HOLD
 options.DEFAULTS.reentrant = false
 
@@ -42,17 +45,55 @@ options.DEFAULTS.reentrant = false
 local function report(lock, why)
     if lock.lost_reported then return end
     lock.lost_reported = true
+    local client = lock.client
+    local st = client.st
+    st.lost = st.lost + 1
+    local hook = lock.on_event
+    if hook then
+        events.emit(client, hook, { type = "lost", key = show_key(lock.key), fence = lock.fence, err = why,
+            code = "not owner" })
+    end
     local on_lost = lock.on_lost
     if on_lost then on_lost(lock, why) end
 end
 
+-- Tells lock's hook of the renewals (renewed) and failed renewals
+-- (renew_failed; err: the last failure) the thread made since the last
+-- look; attempts: how many.
+local function poll(lock)
+    local h = lock.renewal
+    if not h then return end
+    local _, _, renewals, failures, _, err = h:state()
+    local hook, client = lock.on_event, lock.client
+    if failures > lock.seen_failures then
+        local n = floor(failures - lock.seen_failures)
+        lock.seen_failures = failures
+        events.emit(client, hook, { type = "renew_failed", key = show_key(lock.key), fence = lock.fence,
+            attempts = n, err = err })
+    end
+    if renewals > lock.seen_renewals then
+        local n = floor(renewals - lock.seen_renewals)
+        lock.seen_renewals = renewals
+        events.emit(client, hook, { type = "renewed", key = show_key(lock.key), fence = lock.fence,
+            attempts = n })
+    end
+end
+
 --- Runs the on_lost of every lock the renewal thread found lost since the
--- last call. Cheap when nothing happened: one C call, or none for a client
--- that never renewed. (The hot paths in redlock.lua ask renewer:pending()
--- themselves and call this only then: a Lua call is most of its cost.)
+-- last call, and tells the renewals of locks with opts.on_event. Cheap
+-- when nothing happened: one C call, or none for a client that never
+-- renewed. (The hot paths in redlock.lua ask client.polls and
+-- renewer:pending() themselves and call this only then: a Lua call is most
+-- of its cost.)
 function _M.dispatch(client)
     local r = client.renewer
-    if r == nil or not r:pending() then return end
+    if r == nil then return end
+    if client.polls then
+        for _, lock in pairs(client.renewing) do
+            if lock.on_event then poll(lock) end
+        end
+    end
+    if not r:pending() then return end
     local ids = r:take_lost()
     while ids do
         for _, id in ipairs(ids) do
@@ -114,6 +155,11 @@ local function start_renewal(lock, max_hold, t0)
     end
     lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
+    if lock.on_event then
+        -- its renewals are told at the client's calls (see dispatch)
+        lock.seen_renewals, lock.seen_failures = 0, 0
+        client.polls = true
+    end
 end
 
 --- A lock was just taken (t0: before the request). Records its re-entrant
@@ -197,6 +243,7 @@ end
 function _M.stop(lock)
     local h = lock.renewal
     if h then
+        if lock.on_event then poll(lock) end
         h:stop()
         -- (a loop of with_lock must not grow the table until a collection)
         lock.client.renewing[lock.renewal_id] = nil

@@ -18,6 +18,8 @@ local scripted = require "redlock.scripted"
 local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
 local replicas = require "redlock.replicas"
+local events = require "redlock.events"
+local show_key = require("redlock.util").show_key
 
 local now = core.now
 local fence_key = scripted.fence_key
@@ -293,11 +295,27 @@ end
 -- refused by a majority of other holders: split votes, too slow)
 -- | nil, err, "no quorum" (failures leave fewer than a majority).
 -- unfenced: fence = false (no counter touched anywhere, no fence raise).
+-- Counts the servers that failed (not refused) in stats().servers and,
+-- with a hook (opts.on_event), tells each as a server_error event.
+local function failed_servers(client, list, st, v, codes, key, hook)
+    local servers = client.servers
+    for j, i in ipairs(list) do
+        if st[j] == nil and codes[j] then
+            local server = servers[i]
+            server.errors = (server.errors or 0) + 1
+            if hook then
+                events.emit(client, hook, { type = "server_error", key = show_key(key), server = server.name,
+                    err = v[j], code = codes[j] })
+            end
+        end
+    end
+end
+
 -- rep: the options of a lock that waits for replicas: a server counts
 -- toward the majority only if enough of its replicas acknowledged; a lock
 -- taken answers true, fence, acked (the smallest count among the servers
 -- that granted it).
-function _M.acquire(client, key, token, ttl, _, _, unfenced, rep)
+function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
     local n = #client.servers
     local q = _M.quorum(n)
     local t0 = now()
@@ -315,6 +333,7 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced, rep)
     end
     local t1 = now()
     mark_down(client, live, st, codes, t1)
+    failed_servers(client, live, st, v, codes, key, hook)
     local drift = ttl * client.drift_factor + 2
     local elapsed = t1 - t0
     local granted, held = count(live, st)

@@ -25,6 +25,7 @@ local SPECS = {
     ["kill-on-lost"] = { "k", nil, "REDLOCK_KILL_ON_LOST" },
     ["conflict-exit-code"] = { "E", "N", "REDLOCK_CONFLICT_EXIT_CODE" },
     quiet = { "q", nil, "REDLOCK_QUIET" },
+    verbose = { "v", nil, "REDLOCK_VERBOSE" },
     tls = { nil, nil, "REDLOCK_TLS" },
     ["tls-ca-file"] = { nil, "FILE", "REDLOCK_TLS_CA_FILE" },
     ["tls-ca-path"] = { nil, "DIR", "REDLOCK_TLS_CA_PATH" },
@@ -221,7 +222,7 @@ end
 --- Parses the words after the program name. getenv(name) reads the
 -- environment. Returns {help = true}, {version = true} or the command:
 -- {command, key, cmd | token, servers, ttl, wait, mode, connect_timeout,
--- timeout, replicas, replica_timeout, kill_on_lost, conflict_code, quiet,
+-- timeout, replicas, replica_timeout, kill_on_lost, conflict_code, quiet, verbose,
 -- tls}; unset numbers are nil (the
 -- library's defaults apply). Raises {usage = message}.
 function _M.parse(args, getenv)
@@ -277,6 +278,7 @@ function _M.parse(args, getenv)
     end
     cfg.kill_on_lost = flag(raw, getenv, "kill-on-lost")
     cfg.quiet = flag(raw, getenv, "quiet")
+    cfg.verbose = flag(raw, getenv, "verbose")
     cfg.servers = servers(raw, getenv)
     cfg.tls = tls(raw, getenv)
     if cfg.tls then
