@@ -15,20 +15,13 @@ local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
 
-local now, format = core.now, string.format
+local format = string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
 local CYCLES, ROUNDS = env("CYCLES", 500), env("ROUNDS", 11)
 local RTT_US, RTT_CYCLES = env("RTT_US", 1000), env("RTT_CYCLES", 100)
 local BIN = os.getenv("BENCH_BIN") or "build/bench"
 
-local function cycle_us(client, key, n)
-    local t0 = now()
-    for _ = 1, n do
-        local lock = assert(client:acquire(key))
-        assert(lock:release())
-    end
-    return (now() - t0) * 1000 / n
-end
+local cycle_us = helper.cycle_us
 
 -- The floor, one run: us per cycle on the first port, and on all of them.
 local function floor_us(ports, cycles)

@@ -7,20 +7,12 @@
 --   make bench-replicas     (CYCLES=500 ROUNDS=9)
 local helper = require "helper"
 local redlock = require "redlock"
-local core = require "redlock.core"
 
-local now, format = core.now, string.format
+local format = string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
 local CYCLES, ROUNDS = env("CYCLES", 500), env("ROUNDS", 9)
 
-local function cycle_us(client, key, n)
-    local t0 = now()
-    for _ = 1, n do
-        local lock = assert(client:acquire(key))
-        assert(lock:release())
-    end
-    return (now() - t0) * 1000 / n
-end
+local cycle_us = helper.cycle_us
 
 local median = helper.median
 
