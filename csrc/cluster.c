@@ -119,6 +119,19 @@ static int read_map(redlock_cluster *c, int from, const redisReply *r) {
     return 0;
 }
 
+void redlock_cluster_track(redlock_conn *u, redlock_conn *node) {
+    redlock_cluster *c = u->cluster;
+    if (c->track != NULL && redlock_conn_ensure(node) == 0 && node->ctx != NULL)
+        c->track(c->track_arg, node->ctx->fd);
+}
+
+/* A round trip to one node, its socket told to the track callback first. */
+static int node_round_trip(redlock_conn *u, redlock_conn *node, int argc, const char **argv,
+                           const size_t *argvlen, redisReply **out, int *stale) {
+    redlock_cluster_track(u, node);
+    return redlock_conn_round_trip(node, argc, argv, argvlen, out, stale);
+}
+
 static int load_map(redlock_conn *u) {
     redlock_cluster *c = u->cluster;
     const char *argv[2] = {"CLUSTER", "SLOTS"};
@@ -129,9 +142,9 @@ static int load_map(redlock_conn *u) {
     for (i = 0; i < n; i++) {
         redisReply *r = NULL;
         redlock_conn *node = c->nodes[i];
-        int stale = 0, rc = redlock_conn_round_trip(node, 2, argv, NULL, &r, &stale);
+        int stale = 0, rc = node_round_trip(u, node, 2, argv, NULL, &r, &stale);
         if (rc != 0 && stale)
-            rc = redlock_conn_round_trip(node, 2, argv, NULL, &r, &stale);
+            rc = node_round_trip(u, node, 2, argv, NULL, &r, &stale);
         if (rc != 0) {
             used += (size_t)snprintf(why + used, sizeof why - used, "%s%.150s", used ? "; " : "",
                                      node->err);
@@ -285,7 +298,7 @@ int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
 int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                                const size_t *argvlen, redisReply **out, int *stale) {
     redlock_cluster *c = u->cluster;
-    int slot = command_slot(argc, argv, argvlen), tries = 0, asking = -1, reloaded = 0;
+    int slot = command_slot(argc, argv, argvlen), tries = 0, asking = -1, reloaded = 0, resent = 0;
     double deadline = mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
     *out = NULL;
     *stale = 0;
@@ -297,17 +310,17 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
             return rc;
         if (asking >= 0) {
             const char *ask[1] = {"ASKING"};
-            rc = redlock_conn_round_trip(node, 1, ask, NULL, &r, &st);
+            rc = node_round_trip(u, node, 1, ask, NULL, &r, &st);
             if (rc == 0)
                 freeReplyObject(r);
             r = NULL;
         }
         asking = -1;
-        rc = redlock_conn_round_trip(node, argc, argv, argvlen, &r, &st);
+        rc = node_round_trip(u, node, argc, argv, argvlen, &r, &st);
         if (rc != 0) {
             snprintf(u->err, ERRLEN, "%s", node->err);
-            if (st)
-                continue; /* a dropped idle connection: nothing was sent */
+            if (st && !resent++)
+                continue; /* a dropped idle connection: nothing was sent; once */
             if (rc == 1 && !reloaded && slot >= 0) {
                 /* the node may be gone (failover): ask another for the map */
                 c->loaded = 0;

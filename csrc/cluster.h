@@ -17,6 +17,10 @@ typedef struct redlock_cluster {
     struct redlock_conn **nodes;
     int loaded;                           /* the map is believed current */
     int ask_slot, ask_node;               /* an ASK to follow once (-1: none) */
+    /* The renewal thread's clones: told each node socket before a command
+     * waits on it, so that close() can shut it down (csrc/renew.c). */
+    void (*track)(void *arg, int fd);
+    void *track_arg;
     unsigned short owner[REDLOCK_SLOTS];  /* node index + 1 of a slot's master; 0: unknown */
 } redlock_cluster;
 
@@ -48,6 +52,10 @@ struct redlock_conn *redlock_cluster_route(struct redlock_conn *u, int argc, con
  * the next command, ASK sends the next one for that slot to the node it
  * names (after ASKING), TRYAGAIN waits a moment. */
 int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t len);
+
+/* Before a command of u goes to node: connects it and tells u's track
+ * callback its socket, if u has one. */
+void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
 
 /* Loads the slot map unless it is current: 0, or a conn.c code with u->err. */
 int redlock_cluster_ensure(struct redlock_conn *u);

@@ -510,6 +510,7 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
                 }
                 freeReplyObject(ok);
             }
+            redlock_cluster_track(u, node);
             rc = round_trip_wait(node, argc, argv, argvlen, w, r1, r2, stale);
             if (rc != OK) {
                 memcpy(u->err, node->err, ERRLEN);

@@ -112,10 +112,19 @@ struct renewer {
     unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
+    struct track *tracks; /* (renewer, i) of each server, for a Cluster's nodes */
     entry *list;
     lua_Integer next_id;
     int unreported; /* entries lost and not yet taken by take_lost */
     unsigned long renewals;
+};
+
+/* What a Cluster conn's track callback needs: a Cluster conn has no socket
+ * of its own (conn_fd is -1); each node socket a command is about to wait
+ * on takes the place of server i's dup. */
+struct track {
+    renewer *r;
+    int i;
 };
 
 typedef struct {
@@ -580,6 +589,18 @@ static void recheck_all(renewer *r, double max_age_ms) {
     }
 }
 
+static void track_node(void *arg, int fd) {
+    struct track *t = (struct track *)arg;
+    renewer *r = t->r;
+    pthread_mutex_lock(&r->mu);
+    if (r->dupfd[t->i] >= 0)
+        close(r->dupfd[t->i]);
+    r->dupfd[t->i] = dup(fd); /* -1: close just waits longer */
+    if (r->stopping && r->dupfd[t->i] >= 0)
+        shutdown(r->dupfd[t->i], SHUT_RDWR); /* close() came first */
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void track_all(renewer *r) {
     int i;
     for (i = 0; i < r->nservers; i++) {
@@ -783,7 +804,8 @@ static renewer *renewer_alloc(int n) {
         return NULL;
     r->conns = calloc((size_t)n, sizeof(redlock_conn *));
     r->dupfd = malloc((size_t)n * sizeof *r->dupfd);
-    ok = r->conns != NULL && r->dupfd != NULL && init_cond(&r->cv) == 0;
+    r->tracks = malloc((size_t)n * sizeof *r->tracks);
+    ok = r->conns != NULL && r->dupfd != NULL && r->tracks != NULL && init_cond(&r->cv) == 0;
     if (ok && pthread_mutex_init(&r->mu, NULL) != 0) {
         pthread_cond_destroy(&r->cv);
         ok = 0;
@@ -791,11 +813,15 @@ static renewer *renewer_alloc(int n) {
     if (!ok) {
         free(r->conns);
         free(r->dupfd);
+        free(r->tracks);
         free(r);
         return NULL;
     }
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         r->dupfd[i] = -1;
+        r->tracks[i].r = r;
+        r->tracks[i].i = i;
+    }
     r->nservers = n;
     r->refs = 1;
     r->wake_at = -INFINITY; /* no thread yet: the first add starts one */
@@ -821,6 +847,7 @@ static void renewer_free(renewer *r) {
     pthread_cond_destroy(&r->cv);
     free(r->conns);
     free(r->dupfd);
+    free(r->tracks);
     free(r);
 }
 
@@ -948,9 +975,14 @@ static int renewer_new(lua_State *L) {
             ud->r->conns[i]->timeout_ms = (int)cap;
         if (cap > 0 && ud->r->conns[i]->connect_timeout_ms > cap)
             ud->r->conns[i]->connect_timeout_ms = (int)cap;
-        /* a Cluster's nodes, which carry its commands, take the caps too */
+        /* a Cluster's nodes, which carry its commands, take the caps too,
+         * and their sockets are tracked for close() */
         redlock_conn_set_timeouts(ud->r->conns[i], ud->r->conns[i]->connect_timeout_ms,
                                   ud->r->conns[i]->timeout_ms);
+        if (ud->r->conns[i]->cluster != NULL) {
+            ud->r->conns[i]->cluster->track = track_node;
+            ud->r->conns[i]->cluster->track_arg = &ud->r->tracks[i];
+        }
         /* the fan-out's limit: the longest of the (capped) reply timeouts */
         if (i == 0 || ud->r->conns[i]->timeout_ms > ud->r->timeout_ms)
             ud->r->timeout_ms = ud->r->conns[i]->timeout_ms;

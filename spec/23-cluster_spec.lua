@@ -137,6 +137,27 @@ describe("Cluster", function()
         assert.is_true(lock:release())
     end)
 
+    it("close() does not wait for a renewal blocked on a frozen node", function()
+        local key = "{frozen}renewed"
+        local node = helper.cluster_owner(cluster, key)
+        local c = redlock.new({ servers = cluster.url, timeout = 60000 })
+        assert(c:acquire(key, { ttl = 1500, renew = true }))
+        -- frozen for 1.8 s (less than cluster-node-timeout: no failover);
+        -- the renewal's next round (every 500 ms) then waits on it
+        node:freeze()
+        node:signal_later(1800, "CONT")
+        helper.sleep(700)
+        c:close()
+        -- close() shut the thread's socket down: it returned while the
+        -- node was still frozen (it would have waited for the thaw)
+        local f = io.open("/proc/" .. node.pid .. "/stat")
+        local state = f:read("*l"):match("^%d+ %b() (%a)")
+        f:close()
+        assert.equal("T", state)
+        assert(helper.eventually(5000, function() return node:cli("PING") == "PONG" end))
+        helper.sleep(1500) -- the lock expires; nothing left
+    end)
+
     it("a Cluster counts as one voter of a Redlock quorum", function()
         local a, b = helper.start_server(), helper.start_server()
         local q = redlock.new({ servers = { cluster.url, a:url(), b:url() } })
