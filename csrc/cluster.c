@@ -23,7 +23,7 @@
  * send it back and forth), until the conn's timeout. */
 #define QUICK_TRIES 3
 
-static double mono_ms(void) {
+double redlock_mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
@@ -37,6 +37,15 @@ static void pause_ms(double ms) {
     req.tv_nsec = (long)((ms - (double)req.tv_sec * 1000) * 1e6);
     while (nanosleep(&req, &rem) != 0 && errno == EINTR)
         req = rem;
+}
+
+int redlock_cluster_backoff(double *pause, double deadline) {
+    if (redlock_mono_ms() + *pause > deadline)
+        return -1;
+    pause_ms(*pause);
+    if (*pause < 40)
+        *pause *= 2;
+    return 0;
 }
 
 int redlock_cluster_add(redlock_cluster *c, redlock_conn *node) {
@@ -168,6 +177,10 @@ static int load_map(redlock_conn *u) {
             snprintf(u->err, ERRLEN, "server: %s: unexpected answer to CLUSTER SLOTS", node->name);
             return 2;
         }
+        /* believe the last MOVED for its slot: the node asked may lag */
+        if (c->moved_slot >= 0)
+            c->owner[c->moved_slot] = (unsigned short)(c->moved_node + 1);
+        c->moved_slot = -1;
         c->loaded = 1;
         return 0;
     }
@@ -284,11 +297,15 @@ int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
         int slot = -1, idx = redirect_target(c, err, len, &slot);
         c->ask_slot = idx >= 0 ? slot : -1;
         c->ask_node = idx;
-    } else if (starts(err, len, "TRYAGAIN")) {
-        pause_ms(10); /* a slot half migrated: it passes on its own */
-    } else if (starts(err, len, "MOVED ") || starts(err, len, "CLUSTERDOWN")) {
+    } else if (starts(err, len, "MOVED ")) {
+        /* a resharding moves many slots: the whole map is reloaded */
+        int slot = -1, idx = redirect_target(c, err, len, &slot);
+        c->moved_slot = idx >= 0 ? slot : -1;
+        c->moved_node = idx;
         c->loaded = 0;
-    } else {
+    } else if (starts(err, len, "CLUSTERDOWN")) {
+        c->loaded = 0; /* the map may change with the failover */
+    } else if (!starts(err, len, "TRYAGAIN")) {
         return 0;
     }
     snprintf(u->err, ERRLEN, "connection: %s: %.*s", u->name, (int)(len > 120 ? 120 : len), err);
@@ -298,24 +315,23 @@ int redlock_cluster_redirected(redlock_conn *u, const char *err, size_t len) {
 int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                                const size_t *argvlen, redisReply **out, int *stale) {
     redlock_cluster *c = u->cluster;
-    int slot = command_slot(argc, argv, argvlen), tries = 0, asking = -1, reloaded = 0, resent = 0;
-    double deadline = mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
+    int slot = command_slot(argc, argv, argvlen), tries = 0, reloaded = 0, resent = 0;
+    double deadline = redlock_mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
     *out = NULL;
     *stale = 0;
     for (;;) {
-        int rc = 0, st = 0;
-        redlock_conn *node = asking >= 0 ? c->nodes[asking] : node_for(u, slot, &rc);
+        int rc = 0, st = 0, asking = 0;
+        redlock_conn *node = redlock_cluster_route(u, argc, argv, argvlen, &rc, &asking);
         redisReply *r = NULL;
         if (node == NULL)
             return rc;
-        if (asking >= 0) {
+        if (asking) {
             const char *ask[1] = {"ASKING"};
             rc = node_round_trip(u, node, 1, ask, NULL, &r, &st);
             if (rc == 0)
                 freeReplyObject(r);
             r = NULL;
         }
-        asking = -1;
         rc = node_round_trip(u, node, argc, argv, argvlen, &r, &st);
         if (rc != 0) {
             snprintf(u->err, ERRLEN, "%s", node->err);
@@ -331,60 +347,19 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
             }
             return rc;
         }
-        if (r->type == REDIS_REPLY_ERROR) {
-            int s = -1, idx;
-            if (starts(r->str, r->len, "MOVED ")) {
-                snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
-                         (int)(r->len > 120 ? 120 : r->len), r->str);
-                idx = redirect_target(c, r->str, r->len, &s);
-                freeReplyObject(r);
-                if (++tries > QUICK_TRIES) {
-                    if (mono_ms() + pause > deadline)
-                        return 2;
-                    pause_ms(pause);
-                    if (pause < 40)
-                        pause *= 2;
-                }
-                /* a resharding moves many slots: reload the whole map, but
-                 * believe MOVED for this slot (the node asked may lag) */
-                c->loaded = 0;
-                load_map(u);
-                if (idx >= 0)
-                    c->owner[s] = (unsigned short)(idx + 1);
-                continue;
-            }
-            if (starts(r->str, r->len, "ASK ")) {
-                asking = redirect_target(c, r->str, r->len, &s);
-                freeReplyObject(r);
-                if (++tries > QUICK_TRIES) {
-                    if (mono_ms() + pause > deadline)
-                        return 2;
-                    pause_ms(pause);
-                    if (pause < 40)
-                        pause *= 2;
-                }
-                if (asking < 0) {
-                    snprintf(u->err, ERRLEN, "server: %s: unreadable ASK redirection", u->name);
-                    return 2;
-                }
-                continue;
-            }
-            if (starts(r->str, r->len, "TRYAGAIN") || starts(r->str, r->len, "CLUSTERDOWN")) {
-                /* a slot half migrated, a failover under way: passes on its
-                 * own, so it is retried until the timeout, not a count */
-                int down = starts(r->str, r->len, "CLUSTERDOWN");
-                snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
-                         (int)(r->len > 120 ? 120 : r->len), r->str);
-                freeReplyObject(r);
-                if (mono_ms() + pause > deadline)
-                    return 2;
-                pause_ms(pause);
-                if (pause < 40)
-                    pause *= 2;
-                if (down)
-                    c->loaded = 0; /* the map may change with the failover */
-                continue;
-            }
+        if (r->type == REDIS_REPLY_ERROR && redlock_cluster_redirected(u, r->str, r->len)) {
+            /* refused, not run (redlock_cluster_redirected says what the
+             * next try does). TRYAGAIN (a slot half migrated) and
+             * CLUSTERDOWN (a failover under way) pass on their own: retried
+             * until the timeout, not a count; past QUICK_TRIES redirections
+             * a command waits before each further one too. */
+            int transient = starts(r->str, r->len, "TRYAGAIN") || starts(r->str, r->len, "CLUSTERDOWN");
+            snprintf(u->err, ERRLEN, "server: %s: %.*s", node->name,
+                     (int)(r->len > 120 ? 120 : r->len), r->str);
+            freeReplyObject(r);
+            if ((transient || ++tries > QUICK_TRIES) && redlock_cluster_backoff(&pause, deadline) != 0)
+                return 2;
+            continue;
         }
         *out = r;
         return 0;
@@ -396,7 +371,7 @@ redlock_cluster *redlock_cluster_copy(const redlock_cluster *src) {
     int i;
     if (c == NULL)
         return NULL;
-    c->ask_slot = c->ask_node = -1;
+    c->ask_slot = c->ask_node = c->moved_slot = c->moved_node = -1;
     for (i = 0; i < src->n; i++) {
         redlock_conn *node = redlock_conn_clone(src->nodes[i]);
         if (node == NULL || redlock_cluster_add(c, node) != 0) {

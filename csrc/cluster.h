@@ -17,6 +17,7 @@ typedef struct redlock_cluster {
     struct redlock_conn **nodes;
     int loaded;                           /* the map is believed current */
     int ask_slot, ask_node;               /* an ASK to follow once (-1: none) */
+    int moved_slot, moved_node;           /* the last MOVED, believed over a reload */
     /* The renewal thread's clones: told each node socket before a command
      * waits on it, so that close() can shut it down (csrc/renew.c). */
     void (*track)(void *arg, int fd);
@@ -50,12 +51,21 @@ struct redlock_conn *redlock_cluster_route(struct redlock_conn *u, int argc, con
  * transient refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), and the command
  * was not carried out: MOVED and CLUSTERDOWN have the map reloaded before
  * the next command, ASK sends the next one for that slot to the node it
- * names (after ASKING), TRYAGAIN waits a moment. */
+ * names (after ASKING), TRYAGAIN changes nothing (the caller waits). u->err
+ * says what it was. */
 int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t len);
 
 /* Before a command of u goes to node: connects it and tells u's track
  * callback its socket, if u has one. */
 void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
+
+/* ms on CLOCK_MONOTONIC (core.now()'s clock), for deadlines in C. */
+double redlock_mono_ms(void);
+
+/* Waits *pause ms before a retry and doubles it (up to 40 ms): 0, or -1
+ * without waiting when the pause would pass the deadline (CLOCK_MONOTONIC
+ * ms). */
+int redlock_cluster_backoff(double *pause, double deadline);
 
 /* Loads the slot map unless it is current: 0, or a conn.c code with u->err. */
 int redlock_cluster_ensure(struct redlock_conn *u);

@@ -494,9 +494,12 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
     *stale = 0;
     if (u->cluster != NULL) {
         /* the node of the key's slot; a redirection (both replies read)
-         * reloads the map and sends again, a few times */
+         * is followed, a few times, waiting a little from the third on */
         int tries, asking = 0;
+        double pause = 5, deadline = redlock_mono_ms() + (base > 0 ? base : 1000);
         for (tries = 0; tries < 8; tries++) {
+            if (tries >= 2 && redlock_cluster_backoff(&pause, deadline) != 0)
+                break;
             conn_ud *node = redlock_cluster_route(u, argc, argv, argvlen, &rc, &asking);
             if (node == NULL)
                 return rc;
@@ -863,6 +866,7 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
     if (u->cluster == NULL)
         return luaL_error(L, "out of memory");
     u->cluster->ask_slot = u->cluster->ask_node = -1;
+    u->cluster->moved_slot = u->cluster->moved_node = -1;
     for (i = 1; i <= n; i++) {
         conn_ud *node;
         const char *host;

@@ -23,12 +23,6 @@
 #define ROUNDS 3
 #define PAUSE_MS 100
 
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void pause_ms(int ms) {
     struct timespec req, rem;
     req.tv_sec = ms / 1000;
@@ -180,7 +174,7 @@ int redlock_sentinel_connect(redlock_conn *u) {
         if (rc != 0)
             continue; /* the sentinels may not know yet that it died */
         /* now, so that ROLE's round trip does not check again */
-        u->sentinels->checked_ms = mono_ms();
+        u->sentinels->checked_ms = redlock_mono_ms();
         if (is_master(u) == 1)
             return 0;
         redlock_conn_drop(u);
@@ -193,7 +187,7 @@ int redlock_sentinel_connect(redlock_conn *u) {
 
 void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
     redlock_sentinels *s = u->sentinels;
-    double t = mono_ms();
+    double t = redlock_mono_ms();
     char host[256], why[ERRLEN];
     int port = 0;
     enum answer a;
@@ -213,7 +207,7 @@ void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
             memmove(s->nodes, s->nodes + 1, (size_t)(s->n - 1) * sizeof(redlock_conn *));
             s->nodes[s->n - 1] = first;
         }
-        s->checked_ms = mono_ms() + s->check_ms - max_age_ms;
+        s->checked_ms = redlock_mono_ms() + s->check_ms - max_age_ms;
         return;
     }
     s->checked_ms = t;
