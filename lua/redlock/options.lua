@@ -362,12 +362,16 @@ local function addresses(list, default)
     return out
 end
 
+-- Raises for server #i of opts.servers (a table's field; level: the
+-- caller of redlock.new).
+local function bad_server(i, why)
+    error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 6)
+end
+
 -- { sentinels = {"host:port", ...}, master_name =, ... } (the fields are
 -- checked for their types already).
 local function check_sentinel_table(t, i)
-    local function bad_field(why)
-        error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 5)
-    end
+    local function bad_field(why) bad_server(i, why) end
     if t.host or t.path or t.port or t.cluster then
         bad_field("sentinels replace host, port, path and cluster")
     end
@@ -394,9 +398,7 @@ end
 
 -- { cluster = {"host:port", ...}, ... }: seed nodes of a Redis Cluster.
 local function check_cluster_table(t, i)
-    local function bad_field(why)
-        error(format("bad option 'servers' to 'new' (server #%d: %s)", i, why), 5)
-    end
+    local function bad_field(why) bad_server(i, why) end
     if t.host or t.path or t.port or t.sentinels then
         bad_field("cluster replaces host, port, path and sentinels")
     end
