@@ -139,19 +139,24 @@ function _M.watch()
     ngx.say("noscript=", outcome(counter.client:try_acquire(key .. ":lock")))
 end
 
---- GET /auth?port=P&password=W&db=N&key=K: a client made in the request,
--- with AUTH and SELECT; holds lock K (60 s) and answers its token.
-function _M.auth()
-    local args = ngx.req.get_uri_args()
-    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
-        password = args.password, db = tonumber(args.db) } } }
-    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
+-- One try_acquire of key (held 60 s): says token=, or code= and err=.
+local function say_try(c, key)
+    local lock, err, code = c:try_acquire(key, { ttl = 60000 })
     if lock then
         ngx.say("token=", lock.token)
     else
         ngx.say("code=", code)
         ngx.say("err=", err)
     end
+end
+
+--- GET /auth?port=P&password=W&db=N&key=K: a client made in the request,
+-- with AUTH and SELECT; holds lock K (60 s) and answers its token.
+function _M.auth()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
+        password = args.password, db = tonumber(args.db) } } }
+    say_try(c, args.key)
 end
 
 --- GET /tls?port=P&key=K[&cert=F&pkey=F][&name=N][&insecure=1]: a client
@@ -162,13 +167,7 @@ function _M.tls()
     local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
         tls = { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
                 verify = args.insecure == nil } } } }
-    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
-    if lock then
-        ngx.say("token=", lock.token)
-    else
-        ngx.say("code=", code)
-        ngx.say("err=", err)
-    end
+    say_try(c, args.key)
 end
 
 --- GET /tls_api?ports=P[,P...]&key=K&name=N&ca=F[&cert=F&pkey=F][&renew=1]: the lock
@@ -334,13 +333,7 @@ function _M.cluster_try()
     local args = ngx.req.get_uri_args()
     local c = redlock.new { servers = { args.url }, connect_timeout = 300, replicas = tonumber(args.replicas),
         replica_timeout = 100 }
-    local lock, err, code = c:try_acquire(args.key, { ttl = 60000 })
-    if lock then
-        ngx.say("token=", lock.token)
-    else
-        ngx.say("code=", code)
-        ngx.say("err=", err)
-    end
+    say_try(c, args.key)
 end
 
 --- GET /cluster_notified?url=U&key=K&wait=MS: /notified on a Cluster (the
