@@ -259,9 +259,11 @@ redlock_conn *redlock_conn_test(lua_State *L, int idx) {
 
 void redlock_conn_drop(redlock_conn *u) { free_ctx(u); }
 
-void redlock_conn_forget_inherited(redlock_conn *u) {
+void redlock_conn_before_use(redlock_conn *u) {
     if (u->ctx != NULL && u->gen != redlock_fork_generation())
         free_ctx(u);
+    if (u->sentinels != NULL && u->ctx != NULL)
+        redlock_sentinel_recheck(u, u->sentinels->check_ms);
 }
 
 /* One round trip. On failure u->err holds the message, the context is
@@ -277,9 +279,7 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
         return redlock_cluster_round_trip(u, argc, argv, argvlen, out, stale);
     *out = NULL;
     *stale = 0;
-    redlock_conn_forget_inherited(u);
-    if (u->sentinels != NULL && u->ctx != NULL)
-        redlock_sentinel_recheck(u, u->sentinels->check_ms);
+    redlock_conn_before_use(u);
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = conn_connect(u);
@@ -367,9 +367,7 @@ void redlock_conn_free(redlock_conn *u) {
 int redlock_conn_ensure(redlock_conn *u) {
     if (u->cluster != NULL)
         return redlock_cluster_ensure(u);
-    redlock_conn_forget_inherited(u);
-    if (u->sentinels != NULL && u->ctx != NULL)
-        redlock_sentinel_recheck(u, u->sentinels->check_ms);
+    redlock_conn_before_use(u);
     return u->ctx != NULL ? OK : conn_connect(u);
 }
 
@@ -530,9 +528,7 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
         return E_CONNECTION; /* u->err: the last redirection */
     }
     wlen = redlock_wait_encode(w, wbuf, sizeof wbuf);
-    redlock_conn_forget_inherited(u);
-    if (u->sentinels != NULL && u->ctx != NULL)
-        redlock_sentinel_recheck(u, u->sentinels->check_ms);
+    redlock_conn_before_use(u);
     reused = u->ctx != NULL;
     /* base 0 is "no timeout": it stays so; WAIT answers after its
      * timeout, plus up to a tick of the server's timer (hz 10: 100 ms) */

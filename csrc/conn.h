@@ -36,11 +36,13 @@ redlock_conn *redlock_conn_test(lua_State *L, int idx);
 /* Closes the socket, if any; the next use connects again. */
 void redlock_conn_drop(redlock_conn *u);
 
-/* Before any use of u->ctx: a socket made before a fork() is shared with
- * the other process, whose replies would be read as ours (and ours as
- * theirs): this process closes its copy (nothing is sent) and reconnects
- * on this use. Cheap when there was no fork. */
-void redlock_conn_forget_inherited(redlock_conn *u);
+/* Before any use of u->ctx, drops a socket that must not be used (the
+ * next use reconnects): one made before a fork() is shared with the other
+ * process, whose replies would be read as ours (and ours as theirs): this
+ * process closes its copy, nothing sent; and a Sentinel-managed conn's,
+ * once the sentinels name another master (asked every check_ms: see
+ * csrc/sentinel.h). Cheap otherwise. */
+void redlock_conn_before_use(redlock_conn *u);
 
 /* Writes the output buffer with send(MSG_NOSIGNAL) (see conn.c), adding
  * MSG_DONTWAIT when nonblock; over TLS, SSL_write (blocking: a command is

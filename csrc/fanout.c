@@ -441,9 +441,7 @@ static void start(batch *b, slot *s) {
         snprintf(u->err, REDLOCK_CONN_ERRLEN, "closed: the connection is closed");
         return;
     }
-    redlock_conn_forget_inherited(u);
-    if (u->sentinels != NULL && u->ctx != NULL)
-        redlock_sentinel_recheck(u, u->sentinels->check_ms); /* may drop it: the master moved */
+    redlock_conn_before_use(u); /* may drop it: a fork, a master that moved */
     if (u->ctx == NULL && u->sentinels != NULL) {
         /* Sentinel: the sentinels asked, the master connected (and its
          * TLS handshake made) one server at a time, within its connect
