@@ -29,7 +29,7 @@ double redlock_mono_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void pause_ms(double ms) {
+void redlock_pause_ms(double ms) {
     struct timespec req, rem;
     if (ms <= 0)
         return;
@@ -42,7 +42,7 @@ static void pause_ms(double ms) {
 int redlock_cluster_backoff(double *pause, double deadline) {
     if (redlock_mono_ms() + *pause > deadline)
         return -1;
-    pause_ms(*pause);
+    redlock_pause_ms(*pause);
     if (*pause < 40)
         *pause *= 2;
     return 0;

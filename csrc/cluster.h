@@ -62,6 +62,9 @@ void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
 /* ms on CLOCK_MONOTONIC (core.now()'s clock), for deadlines in C. */
 double redlock_mono_ms(void);
 
+/* Sleeps ms, the whole time even when signals interrupt it. */
+void redlock_pause_ms(double ms);
+
 /* Waits *pause ms before a retry and doubles it (up to 40 ms): 0, or -1
  * without waiting when the pause would pass the deadline (CLOCK_MONOTONIC
  * ms). */

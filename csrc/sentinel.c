@@ -7,11 +7,9 @@
 #define _GNU_SOURCE
 #include "sentinel.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -22,14 +20,6 @@
  * with a failover yet. Ask again this many times, this long apart. */
 #define ROUNDS 3
 #define PAUSE_MS 100
-
-static void pause_ms(int ms) {
-    struct timespec req, rem;
-    req.tv_sec = ms / 1000;
-    req.tv_nsec = (long)(ms % 1000) * 1000000L;
-    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
-        req = rem;
-}
 
 /* One command on sentinel node i, retried once on a connection the
  * sentinel had dropped. */
@@ -165,7 +155,7 @@ int redlock_sentinel_connect(redlock_conn *u) {
         char host[256];
         int port = 0;
         if (round > 0)
-            pause_ms(PAUSE_MS);
+            redlock_pause_ms(PAUSE_MS);
         if (locate(u, host, sizeof host, &port) != 0)
             return 1;
         if (set_address(u, host, port) != 0)
