@@ -20,12 +20,9 @@ local cluster = helper.start_cluster(3, 0)
 local plain = helper.start_server()
 -- the "split" regime: every server on CPU 1, this process on CPU 0, so
 -- that where the scheduler puts them does not decide the ratio
-local function pin(pid, cpu) os.execute(format("taskset -pc %d %s >/dev/null 2>&1", cpu, pid)) end
-for _, node in ipairs(cluster.nodes) do pin(node.pid, 1) end
-pin(plain.pid, 1)
-local stat = io.open("/proc/self/stat")
-pin(stat:read("*l"):match("^(%d+)"), 0)
-stat:close()
+for _, node in ipairs(cluster.nodes) do helper.pin(node.pid, 1) end
+helper.pin(plain.pid, 1)
+helper.pin(nil, 0)
 local on_cluster = redlock.new { servers = { cluster.url } }
 local on_plain = redlock.new { servers = { plain:url() } }
 local key = "bench:cluster"

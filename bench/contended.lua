@@ -1,14 +1,28 @@
--- The contended case: P processes (default 4) on one key, each N times
--- lock / GET / SET+1 / unlock, against a redis-server of its own.
--- Reports acquisitions/s, the wait for the lock (p50/p99/max), how often
--- the owner changed, lost updates, and the rate of one process doing the
--- same alone (before and after; their mean is the reference), all measured
--- in this run.
+-- The contended case, against the C 1 ms-retry loop: P processes (default
+-- 4) on one key, each N times (default 2000) lock / GET / SET+1 / unlock,
+-- against a redis-server of its own, in ONE run, rounds alternating the
+-- sides (BENCH_ROUNDS, default 3; medians over the rounds):
+--   C 1 ms-retry loop      bench/contended_floor.c: SET NX PX, on refusal
+--                          sleep 1 ms and retry; compare-and-delete release
+--   redlock default        notified waiting
+--   redlock notify=false   polling with the default retry_delay (BENCH_POLL=1)
+-- Per side: acquisitions/s and the ratio to the C loop (per round, the
+-- median of the rounds' ratios), the wait for the lock (p50/p99/max), owner
+-- changes (count, % of acquisitions), lost updates (must be 0), and the
+-- hand-off gap p50: for each owner change, the new owner's acquire time
+-- (the acquire returned) minus the previous owner's release time (just
+-- before its release was sent), both CLOCK_MONOTONIC ms (core.now()).
+-- Then one line per target of issue 26, "met" or "NOT met", for redlock
+-- default. Exits 0 whatever the figures, 1 on a lost update or a worker's
+-- failure.
+-- Pinning (BENCH_PIN): split (default: the redis-server on CPU 1, every
+-- client process on CPU 0), shared (everything on CPU 0), none; without
+-- taskset or with one CPU, unpinned (and it says so).
 --
---   make bench-contended            (BENCH_N=2000 BENCH_P=4 BENCH_POLL=1)
---   lua bench/contended.lua         (with LUA_PATH/LUA_CPATH as the Makefile sets)
--- BENCH_POLL=1 adds the same run with notify = false (polling with the
--- default retry_delay), for comparison.
+--   make bench-contended    (BENCH_N=2000 BENCH_P=4 BENCH_ROUNDS=3 BENCH_POLL=1 BENCH_PIN=split)
+--   lua bench/contended.lua (with LUA_PATH/LUA_CPATH/BENCH_BIN as the Makefile sets)
+-- At the defaults each side's run takes 1-2 s here (plus 0.9 s for the
+-- workers to start), the whole run 15-25 s (BENCH_POLL=1: a third more).
 local redlock = require "redlock"
 local core = require "redlock.core"
 
@@ -16,6 +30,8 @@ local now, sleep = core.now, core.sleep
 local format = string.format
 
 -- worker URL KEY COUNTER N START_AT OUT NOTIFY
+-- Writes OUT: "<start> <end>", then per acquisition "<wait> <counter read>
+-- <acquired at> <release sent at>" (bench/contended_floor.c writes the same).
 local function worker(url, key, counter, n, start_at, out, notify)
     local client = redlock.new { servers = { url } }
     local data = core.conn { host = url:match("//([^:/]+)"), port = tonumber(url:match(":(%d+)$")) }
@@ -23,22 +39,25 @@ local function worker(url, key, counter, n, start_at, out, notify)
     local warm = assert(client:acquire(key .. ":warm")) -- connects before the start
     assert(warm:release())
     local opts = { wait = 60000, notify = notify }
-    local waits, seqs = {}, {}
+    local waits, seqs, acquired, released = {}, {}, {}, {}
     sleep(start_at - now())
     local t_start = now()
     for i = 1, n do
         local t0 = now()
         local lock = assert(client:acquire(key, opts))
-        waits[i] = now() - t0
+        local t1 = now()
         local v = tonumber(data:command("GET", counter)) or 0
         assert(data:command("SET", counter, v + 1))
-        seqs[i] = v
+        local t2 = now()
         assert(lock:release())
+        waits[i], seqs[i], acquired[i], released[i] = t1 - t0, v, t1, t2
     end
     local t_end = now()
     local f = assert(io.open(out, "w"))
     f:write(format("%.3f %.3f\n", t_start, t_end))
-    for i = 1, n do f:write(format("%.4f %d\n", waits[i], seqs[i])) end
+    for i = 1, n do
+        f:write(format("%.4f %d %.4f %.4f\n", waits[i], seqs[i], acquired[i], released[i]))
+    end
     f:close()
     client:close()
     data:close()
@@ -50,92 +69,197 @@ if arg[1] == "worker" then
 end
 
 -- The driver -------------------------------------------------------------
-package.path = "spec/?.lua;" .. package.path
 local helper = require "helper"
 
 local LUA = arg[-1] or "lua5.4"
-local N = tonumber(os.getenv("BENCH_N")) or 2000
-local P = tonumber(os.getenv("BENCH_P")) or 4
+local function env(name, default) return tonumber(os.getenv(name)) or default end
+local N, P, ROUNDS = env("BENCH_N", 2000), env("BENCH_P", 4), env("BENCH_ROUNDS", 3)
+local POLL = os.getenv("BENCH_POLL") == "1"
+local PIN = os.getenv("BENCH_PIN") or "split"
+local FLOOR = (os.getenv("BENCH_BIN") or "build/bench") .. "/contended_floor"
+local median = helper.median
 
 local function percentile(sorted, p)
-    local i = math.ceil(p * #sorted)
-    if i < 1 then i = 1 end
-    return sorted[i]
+    return sorted[math.max(1, math.ceil(p * #sorted))]
 end
 
--- Runs p workers at once; returns the merged measurements.
-local function run(server, p, n, notify, tag)
-    local key, counter = "bench:" .. tag, "bench:" .. tag .. ":counter"
-    local start_at = now() + 1000 + 100 * p
-    local dir = helper.fresh_dir("bench-" .. tag)
+local SIDES = {
+    { id = "c", name = "C 1 ms-retry loop" },
+    { id = "notify", name = "redlock default (notified)", notify = true },
+}
+if POLL then SIDES[#SIDES + 1] = { id = "poll", name = "redlock notify=false", notify = false } end
+
+-- Reads a worker's file: start, end, rows; nil and a reason when it is not whole.
+local function read_out(out, n)
+    local f = io.open(out)
+    if not f then return nil, "no output" end
+    local t0, t1 = f:read("*n", "*n")
+    local rows = {}
+    for i = 1, n do
+        local w, seq, acq, rel = f:read("*n", "*n", "*n", "*n")
+        if not rel then
+            f:close()
+            return nil, format("output cut at acquisition %d", i)
+        end
+        rows[i] = { w, seq, acq, rel }
+    end
+    f:close()
+    return t0, t1, rows
+end
+
+-- One run of p workers of one side at once; returns its measurements.
+local function run(server, side, round)
+    local key = format("bench:contended:%s:%d", side.id, round)
+    local counter = key .. ":counter"
+    local start_at = now() + 500 + 100 * P
+    local dir = helper.fresh_dir("bench-" .. side.id)
     local procs, outs = {}, {}
-    for i = 1, p do
+    for i = 1, P do
         outs[i] = format("%s/w%d", dir, i)
-        local cmd = format("%s %s worker %s %s %s %d %.3f %s %s 2>&1", helper.quote(LUA),
-            helper.quote(arg[0]), server:url(), key, counter, n, start_at, outs[i],
-            notify and "notify" or "poll")
+        local cmd
+        if side.id == "c" then
+            cmd = format("%s 127.0.0.1:%s %s %s %d %.3f %s 2>&1", helper.quote(FLOOR), server.port,
+                key, counter, N, start_at, outs[i])
+        else
+            cmd = format("%s %s worker %s %s %s %d %.3f %s %s 2>&1", helper.quote(LUA),
+                helper.quote(arg[0]), server:url(), key, counter, N, start_at, outs[i],
+                side.notify and "notify" or "poll")
+        end
         procs[i] = assert(io.popen(cmd))
     end
-    for i = 1, p do
+    local failed = {}
+    for i = 1, P do
         local msg = procs[i]:read("*a")
-        local ok = procs[i]:close()
-        if not ok then error("worker " .. i .. " failed: " .. msg) end
+        local ok = procs[i]:close() -- (always true on Lua 5.1: the output's check below)
+        if not ok then failed[#failed + 1] = format("worker %d: %s", i, msg) end
     end
-    local waits, owner_of = {}, {}
+    if #failed > 0 then error(side.name .. ": " .. table.concat(failed, "; ")) end
+    local waits, by_seq, late = {}, {}, 0
     local t_first, t_last = math.huge, -math.huge
-    for i = 1, p do
-        local f = assert(io.open(outs[i]))
-        local t0, t1 = f:read("*n", "*n")
-        if t0 < t_first then t_first = t0 end
-        if t1 > t_last then t_last = t1 end
-        for _ = 1, n do
-            local w, seq = f:read("*n", "*n")
-            waits[#waits + 1] = w
-            owner_of[seq] = i
+    local dup = 0
+    for i = 1, P do
+        local t0, t1, rows = read_out(outs[i], N)
+        if not t0 then error(format("%s: worker %d: %s", side.name, i, t1)) end
+        t_first, t_last = math.min(t_first, t0), math.max(t_last, t1)
+        late = math.max(late, t0 - start_at)
+        for _, r in ipairs(rows) do
+            waits[#waits + 1] = r[1]
+            if by_seq[r[2]] then dup = dup + 1 end
+            by_seq[r[2]] = { owner = i, acq = r[3], rel = r[4] }
         end
-        f:close()
     end
     table.sort(waits)
-    local changes = 0
-    for seq = 1, p * n - 1 do
-        if owner_of[seq] ~= owner_of[seq - 1] then changes = changes + 1 end
+    local changes, gaps = 0, {}
+    for seq = 1, P * N - 1 do
+        local cur, prev = by_seq[seq], by_seq[seq - 1]
+        if cur and prev and cur.owner ~= prev.owner then
+            changes = changes + 1
+            gaps[#gaps + 1] = cur.acq - prev.rel
+        end
     end
-    local final = tonumber(server:cli("GET", counter))
+    table.sort(gaps)
+    local final = tonumber(server:cli("GET", counter)) or 0
     return {
-        rate = p * n / ((t_last - t_first) / 1000),
+        rate = P * N / ((t_last - t_first) / 1000),
         p50 = percentile(waits, 0.50), p99 = percentile(waits, 0.99), max = waits[#waits],
-        changes = changes, lost = p * n - final,
+        changes = changes, gap = gaps[1] and percentile(gaps, 0.50),
+        lost = math.max(P * N - final, dup), late = late,
     }
 end
 
-local function report(name, r, single)
-    print(format("%-28s %8.0f acq/s  %5.2fx single  wait p50 %6.2f ms  p99 %6.2f ms  max %7.2f ms"
-        .. "  owner changes %5d  lost updates %d",
-        name, r.rate, r.rate / single, r.p50, r.p99, r.max, r.changes, r.lost))
+-- Pinning: returns a line saying what it did.
+local function pin(server)
+    local missing = helper.pin_missing()
+    if PIN == "none" then return "none (BENCH_PIN=none)" end
+    if missing then return "none: " .. missing end
+    local server_cpu = PIN == "shared" and 0 or 1
+    -- the clients inherit this process's CPU
+    if not (helper.pin(server.pid, server_cpu) and helper.pin(nil, 0)) then
+        helper.pin(server.pid, "0-1023") -- back to any CPU
+        helper.pin(nil, "0-1023")
+        return "none: taskset could not pin to CPUs 0 and 1"
+    end
+    if PIN == "shared" then return "shared (redis-server and the clients on CPU 0)" end
+    return "split (redis-server on CPU 1, the clients on CPU 0)"
 end
 
+local function fmt(v, f) return v and format(f, v) or "-" end
+
+local results = {} -- results[side.id][round]
+local failure
 local ok, err = pcall(function()
+    if PIN ~= "split" and PIN ~= "shared" and PIN ~= "none" then
+        error("BENCH_PIN: split, shared or none, not " .. PIN)
+    end
+    local f = io.open(FLOOR)
+    if not f then error(FLOOR .. " missing (make " .. FLOOR .. ")") end
+    f:close()
     local server = helper.start_server()
-    print(format("contended: %d processes x %d iterations of lock / GET / SET+1 / unlock, one key (%s)",
-        P, N, _VERSION))
-    -- the reference runs before and after (the mean is the rate compared
-    -- with): a shared machine's load drifts during a run
-    local before = run(server, 1, N, true, "single1")
-    local notified = run(server, P, N, true, "notify")
-    local polled = os.getenv("BENCH_POLL") == "1" and run(server, P, N, false, "poll")
-    local after = run(server, 1, N, true, "single2")
-    local single = (before.rate + after.rate) / 2
-    report("1 process, before", before, single)
-    report("1 process, after", after, single)
-    report(format("%d processes, notified", P), notified, single)
-    if polled then report(format("%d processes, polling", P), polled, single) end
-    print(format("target: p99 <= 5 ms, max <= 50 ms, rate >= 0.5x single: %s",
-        (notified.p99 <= 5 and notified.max <= 50 and notified.rate >= 0.5 * single)
-        and "met" or "NOT met"))
+    print(format("contended: %d processes x %d acquisitions of lock / GET / SET+1 / unlock, one key,"
+        .. " %d rounds (%s)", P, N, ROUNDS, _VERSION))
+    print("pinning: " .. pin(server))
+    for _, side in ipairs(SIDES) do results[side.id] = {} end
+    for round = 1, ROUNDS do
+        local line = {}
+        for k = 1, #SIDES do
+            -- alternate the order: a shared machine's load drifts
+            local side = SIDES[round % 2 == 1 and k or #SIDES + 1 - k]
+            local r = run(server, side, round)
+            results[side.id][round] = r
+            if r.lost > 0 then failure = format("%s: %d lost updates", side.name, r.lost) end
+            if r.late > 50 then
+                print(format("  (round %d, %s: a worker started %.0f ms late)", round, side.name, r.late))
+            end
+        end
+        for _, side in ipairs(SIDES) do
+            local r = results[side.id][round]
+            line[#line + 1] = format("%s %.0f/s p99 %.2f max %.1f", side.id, r.rate, r.p99, r.max)
+        end
+        print(format("round %d: %s", round, table.concat(line, ", ")))
+    end
 end)
+
+local function collect(id, field)
+    local t = {}
+    for round, r in ipairs(results[id] or {}) do
+        local v = field == "ratio" and r.rate / results.c[round].rate or r[field]
+        if v then t[#t + 1] = v end
+    end
+    return #t > 0 and median(t) or nil
+end
+
+if ok then
+    local total = P * N
+    print(format("medians over %d rounds:", ROUNDS))
+    print(format("  %-28s %8s %9s %9s %8s %8s %16s %10s %5s", "", "acq/s", "vs C loop", "wait p50",
+        "p99", "max", "owner changes", "gap p50", "lost"))
+    for _, side in ipairs(SIDES) do
+        local ch = collect(side.id, "changes")
+        local worst = 0
+        for _, r in ipairs(results[side.id]) do worst = math.max(worst, r.lost) end
+        print(format("  %-28s %8.0f %8.2fx %6.2f ms %5.2f ms %5.1f ms %6d (%5.1f%%) %7s ms %5d",
+            side.name, collect(side.id, "rate"), collect(side.id, "ratio"), collect(side.id, "p50"),
+            collect(side.id, "p99"), collect(side.id, "max"), ch, 100 * ch / total,
+            fmt(collect(side.id, "gap"), "%.2f"), worst))
+    end
+    local ratio, ch = collect("notify", "ratio"), collect("notify", "changes")
+    local p99, max = collect("notify", "p99"), collect("notify", "max")
+    local function target(text, value, met)
+        print(format("  %-38s %-9s %s", text, value, met and "met" or "NOT met"))
+    end
+    print("targets (issue 26), redlock default, medians:")
+    target("acquisitions/s >= 0.8x the C loop:", format("%.2fx", ratio), ratio >= 0.8)
+    target("owner changes >= 50% of acquisitions:", format("%.1f%%", 100 * ch / total), ch >= 0.5 * total)
+    target("wait p99 <= 5 ms:", format("%.2f ms", p99), p99 <= 5)
+    target("wait max <= 50 ms:", format("%.1f ms", max), max <= 50)
+end
 helper.stop_all()
 if not os.getenv("REDLOCK_TEST_TMP") then os.execute("rm -rf " .. helper.quote(helper.root())) end
 if not ok then
     io.stderr:write(tostring(err), "\n")
+    os.exit(1)
+end
+if failure then
+    io.stderr:write("contended: ", failure, "\n")
     os.exit(1)
 end

@@ -558,4 +558,25 @@ end
 --- Makes a redlock module loaded fresh (so specs see the tree's code).
 function _M.redlock() return require "redlock" end
 
+--- For the benchmarks: why processes cannot be pinned to CPUs here (no
+-- taskset, from util-linux; fewer than 2 CPUs), or nil.
+function _M.pin_missing()
+    if not sh("command -v taskset >/dev/null 2>&1") then return "no taskset (util-linux)" end
+    local n = tonumber(read_cmd("nproc 2>/dev/null"):match("%d+"))
+    if not n or n < 2 then return "fewer than 2 CPUs" end
+    return nil
+end
+
+--- For the benchmarks: pins process pid (this process when nil), all its
+-- threads, to cpu (a number, or a list as taskset takes it: "0-3"); what
+-- it starts later inherits that. Returns whether taskset could.
+function _M.pin(pid, cpu)
+    if not pid then
+        local f = assert(io.open("/proc/self/stat"))
+        pid = f:read("*l"):match("^(%d+)")
+        f:close()
+    end
+    return sh(string.format("taskset -a -pc %s %s >/dev/null 2>&1", cpu, pid))
+end
+
 return _M
