@@ -131,7 +131,7 @@ local function run(server, side, round)
     for i = 1, P do
         local msg = procs[i]:read("*a")
         local ok = procs[i]:close() -- (always true on Lua 5.1: the output's check below)
-        if not ok then failed[#failed + 1] = format("worker %d: %s", i, msg) end
+        if not ok then failed[#failed + 1] = format("worker %d: %s", i, (msg:gsub("%s+$", ""))) end
     end
     if #failed > 0 then error(side.name .. ": " .. table.concat(failed, "; ")) end
     local waits, by_seq, late = {}, {}, 0
@@ -170,14 +170,14 @@ end
 -- Pinning: returns a line saying what it did.
 local function pin(server)
     local missing = helper.pin_missing()
-    if PIN == "none" then return "none (BENCH_PIN=none)" end
-    if missing then return "none: " .. missing end
+    if PIN == "none" then return "unpinned (BENCH_PIN=none)" end
+    if missing then return "unpinned: " .. missing end
     local server_cpu = PIN == "shared" and 0 or 1
     -- the clients inherit this process's CPU
     if not (helper.pin(server.pid, server_cpu) and helper.pin(nil, 0)) then
         helper.pin(server.pid, "0-1023") -- back to any CPU
         helper.pin(nil, "0-1023")
-        return "none: taskset could not pin to CPUs 0 and 1"
+        return "unpinned: taskset could not pin to CPUs 0 and 1"
     end
     if PIN == "shared" then return "shared (redis-server and the clients on CPU 0)" end
     return "split (redis-server on CPU 1, the clients on CPU 0)"

@@ -60,6 +60,17 @@ static void sleep_ns(long ns) {
         ;
 }
 
+/* A whole argument as a number; dies on anything else. */
+static double number(const char *s, const char *what) {
+    char *end;
+    double v;
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0)
+        die(what, s);
+    return v;
+}
+
 /* Sleeps until CLOCK_MONOTONIC reads at_ms. */
 static void sleep_until(double at_ms) {
     struct timespec ts;
@@ -108,8 +119,8 @@ int main(int argc, char **argv) {
     server = argv[1];
     key = argv[2];
     counter = argv[3];
-    n = atol(argv[4]);
-    start_at = atof(argv[5]);
+    n = (long)number(argv[4], "N is not a number");
+    start_at = number(argv[5], "START_AT is not a number");
     out = argv[6];
     if (n < 1)
         die("N must be at least 1", argv[4]);
@@ -122,7 +133,7 @@ int main(int argc, char **argv) {
     samples = calloc((size_t)n, sizeof *samples);
     if (samples == NULL)
         die("out of memory", NULL);
-    c = redisConnect(host, atoi(colon + 1));
+    c = redisConnect(host, (int)number(colon + 1, "bad port"));
     if (c == NULL || c->err)
         die("could not connect", c ? c->errstr : server);
     {
@@ -141,7 +152,7 @@ int main(int argc, char **argv) {
         const char *put[3] = {"SET", counter, value};
         const char *rel[5] = {"EVALSHA", sha, "1", key, token};
         double t0 = now_ms(), t1;
-        long long v;
+        long long v = 0;
         snprintf(token, sizeof token, "%ld-%lld", (long)getpid(), acquisitions++);
         for (;;) {
             r = command(c, 6, set);
@@ -155,11 +166,9 @@ int main(int argc, char **argv) {
         freeReplyObject(r);
         t1 = now_ms();
         r = command(c, 2, get);
-        if (r->type == REDIS_REPLY_NIL)
-            v = 0;
-        else if (r->type == REDIS_REPLY_STRING)
-            v = atoll(r->str);
-        else
+        if (r->type == REDIS_REPLY_STRING)
+            v = (long long)number(r->str, "GET: not a number");
+        else if (r->type != REDIS_REPLY_NIL)
             die("GET", "unexpected reply");
         freeReplyObject(r);
         snprintf(value, sizeof value, "%lld", v + 1);
