@@ -11,6 +11,7 @@ static redlock_script scripts[] = {
     {"extend", REDLOCK_SCRIPT_EXTEND, ""},
     {"status", REDLOCK_SCRIPT_STATUS, ""},
     {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
+    {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
     {NULL, NULL, ""},
 };
 

@@ -5,44 +5,22 @@
 #ifndef REDLOCK_SCRIPTS_H
 #define REDLOCK_SCRIPTS_H
 
-/* KEYS[1] lock key, then for a caller that will wait for a release
- * (notified waiting) KEYS[2] the "next" mark and KEYS[3] the waiters set
- * (with the lock key's hash tag), then, when the caller wants a fence, the
- * fence counter last (so: 2 or 4 keys with a fence, 1 or 3 without);
- * ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] (a waiter) ms it may still
- * wait, ARGV[4] (a waiter's later attempts) "1", or "2" when it has waited
- * long and asks to be next.
- * Returns {1, fence} when we hold the lock (fence 0 when none was asked
- * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
- * e.g. written by hand).
- * The fence: one counter per server (per hash slot on a Cluster), for every
- * lock key: INCR, raised to the server's clock when below it (a SET at most
- * once a millisecond); the clock in ms since 2026-01-01 UTC, times 100:
- * strictly increasing across all grants on the server, and, the counter
- * being lost (restart without persistence, failover to a replica that
- * missed it), still above every fence given before as long as the server's
- * clock does not go back (and fewer than 100 locks a millisecond were
- * granted on average, more than one Redis serves). Fences stay below 10^14
- * until 2057: "%.14g" (tostring on Lua 5.1 and LuaJIT) writes them whole. (TIME needs effects replication before Redis 5:
- * replicate_commands, called first; a server without it, before 3.2, gets
- * the counter alone.) Every grant takes a new fence, our own token found
- * again included: the fence given with a lost reply was never seen.
- * Our own token already there counts as held by us, with the ttl refreshed:
- * that makes a retry after a lost reply, or a Redlock retry that finds its
- * own leftover key, succeed instead of locking itself out; it is also how a
- * waiter claims a lock that a release handed over to it (see RELEASE).
- * A refused waiter joins the waiters set in the same step, and the set lives
- * at least as long as any member may wait: a release (even one that comes
- * before the waiter blocks) knows to wake somebody, and without waiters
- * does no wake-up work at all. A waiter leaves the set when it gets the
- * lock (a set left empty is gone), or when it gives up. With ARGV[4] "2",
- * if nobody else is marked, the mark holds its token for ARGV[3] ms, and
- * the reply is {0, pttl, 1} while the mark is its own. A claim of a
- * hand-off, or a marked waiter's acquire of a free key, clears its mark. */
-#define REDLOCK_SCRIPT_ACQUIRE                                              \
+/* The fence (Lua text shared by the scripts that grant a lock): one counter
+ * per server (per hash slot on a Cluster), for every lock key: INCR, raised
+ * to the server's clock when below it (a SET at most once a millisecond);
+ * the clock in ms since 2026-01-01 UTC, times 100: strictly increasing
+ * across all grants on the server, and, the counter being lost (restart
+ * without persistence, failover to a replica that missed it), still above
+ * every fence given before as long as the server's clock does not go back
+ * (and fewer than 100 locks a millisecond were granted on average, more
+ * than one Redis serves). Fences stay below 10^14 until 2057: "%.14g"
+ * (tostring on Lua 5.1 and LuaJIT) writes them whole. (TIME needs effects
+ * replication before Redis 5: replicate_commands, called first; a server
+ * without it, before 3.2, gets the counter alone.) `counter` is the
+ * counter's key, or false when the caller asked for no fence. */
+#define REDLOCK_SCRIPT_FENCE_FUNCTION                                       \
     "local seeded = redis.replicate_commands and redis.replicate_commands()\n" \
-    "local counter = #KEYS % 2 == 0 and KEYS[#KEYS]\n"                      \
-    "local function fence()\n"                                              \
+    "local function fence(counter)\n"                                       \
     "  if not counter then return 0 end\n"                                  \
     "  local f = redis.call('INCR', counter)\n"                             \
     "  if seeded then\n"                                                    \
@@ -55,94 +33,173 @@
     "    end\n"                                                             \
     "  end\n"                                                               \
     "  return f\n"                                                          \
-    "end\n"                                                                 \
+    "end\n"
+
+/* KEYS[1] lock key, then for a caller that waits for a release (notified
+ * waiting) KEYS[2] the waiters queue, KEYS[3] the waiters' data and
+ * KEYS[4] the caller's own hand-off list (all with the lock key's hash
+ * tag), then, when the caller wants a fence, the fence counter last (so: 2
+ * or 5 keys with a fence, 1 or 4 without); ARGV[1] token, ARGV[2] ttl in
+ * ms, ARGV[3] (a waiter) ms it may still wait, ARGV[4] (a waiter) "h" when
+ * it blocks on its hand-off list and may be handed the lock, "w" when it
+ * only wants to be woken.
+ * Returns {1, fence} when we hold the lock (fence 0 when none was asked
+ * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
+ * e.g. written by hand), and to a waiter {0, pttl, server ms} (0 without
+ * TIME, before Redis 3.2).
+ * Every grant takes a new fence, our own token found again included: the
+ * fence given with a lost reply was never seen. Our own token already
+ * there counts as held by us, with the ttl refreshed: that makes a retry
+ * after a lost reply, or a Redlock retry that finds its own leftover key,
+ * succeed instead of locking itself out; a waiter that finds the lock
+ * handed to it before it blocked takes it that way too.
+ * A refused waiter joins the waiters queue in the same step, at the back
+ * the first time (ZADD NX: a later attempt keeps its place), with its data
+ * "alive-until ttl fenced": the server ms until which it counts as waiting
+ * (its next wait is bounded by the holder's pttl and what it may still
+ * wait; a waiter that has not asked again by then, plus SLACK, is skipped
+ * and dropped, so one that died costs a hand-off at most once), and for
+ * "h" the ttl and fence a hand-off gives it (ttl 0: wake it only). The
+ * queue and the data live at least as long as any member counts as
+ * waiting: a release (even one that comes before the waiter blocks) knows
+ * to hand over or wake, and without waiters does no such work. A refusal
+ * also empties the waiter's hand-off list: whatever is there is left from
+ * a hand-off that has ended (the key would hold our token otherwise), and
+ * must not be taken for a new one. A waiter leaves the queue when it gets
+ * the lock (a queue left empty is gone), or when it gives up. */
+#define REDLOCK_WAIT_SLACK_MS "1000"
+#define REDLOCK_SCRIPT_ACQUIRE                                              \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "local n = #KEYS\n"                                                     \
+    "local counter = (n == 2 or n == 5) and KEYS[n]\n"                      \
+    "local waiting = n >= 4\n"                                              \
     "local cur = redis.call('GET', KEYS[1])\n"                              \
-    "if cur == ARGV[1] then\n"                                              \
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                           \
-    "  if ARGV[4] then\n"                                                   \
-    "    redis.call('ZREM', KEYS[3], ARGV[1])\n"                            \
-    "    if redis.call('GET', KEYS[2]) == '=' .. ARGV[1] then\n"            \
-    "      redis.call('DEL', KEYS[2])\n"                                    \
+    "if cur and cur ~= ARGV[1] then\n"                                      \
+    "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
+    "  if not waiting then return {0, pttl} end\n"                          \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
+    "  if not seeded then\n"                                                \
+    "    redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])\n"                   \
+    "    if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then\n"         \
+    "      redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"                       \
     "    end\n"                                                             \
+    "    return {0, pttl, 0}\n"                                             \
     "  end\n"                                                               \
-    "  return {1, fence()}\n"                                               \
+    "  local t = redis.call('TIME')\n"                                      \
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+    "  local span = tonumber(ARGV[3])\n"                                    \
+    "  if pttl >= 0 and pttl + 1 < span then span = pttl + 1 end\n"         \
+    "  span = span + " REDLOCK_WAIT_SLACK_MS "\n"                           \
+    "  redis.call('ZADD', KEYS[2], 'NX', t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
+    "  redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
+    "    ARGV[4] == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"     \
+    "  for i = 2, 3 do\n"                                                   \
+    "    if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
+    "  end\n"                                                               \
+    "  return {0, pttl, now}\n"                                             \
     "end\n"                                                                 \
     "if cur then\n"                                                         \
-    "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
-    "  if ARGV[3] then\n"                                                   \
-    "    redis.call('ZADD', KEYS[3], 0, ARGV[1])\n"                         \
-    "    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then\n"         \
-    "      redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"                       \
-    "    end\n"                                                             \
-    "    if ARGV[4] == '2' then\n"                                          \
-    "      local nxt = redis.call('GET', KEYS[2])\n"                        \
-    "      if not nxt or nxt == ARGV[1] then\n"                             \
-    "        redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])\n"          \
-    "        return {0, pttl, 1}\n"                                         \
-    "      end\n"                                                           \
-    "    end\n"                                                             \
-    "  end\n"                                                               \
-    "  return {0, pttl}\n"                                                  \
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                           \
+    "else\n"                                                                \
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                \
     "end\n"                                                                 \
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                  \
-    "if ARGV[4] then\n"                                                     \
-    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"                              \
-    "  if redis.call('GET', KEYS[2]) == ARGV[1] then\n"                     \
-    "    redis.call('DEL', KEYS[2])\n"                                      \
-    "  end\n"                                                               \
+    "if waiting then\n"                                                     \
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
+    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
     "end\n"                                                                 \
-    "return {1, fence()}\n"
+    "return {1, fence(counter)}\n"
 
-/* KEYS[1] lock key, then either KEYS[2] the waiters set, or KEYS[2] the
- * wake-up list, KEYS[3] the "next" mark, KEYS[4] the hand-off list, KEYS[5]
- * the waiters set (all with the same hash tag); ARGV[1] token, ARGV[2]
- * (with five keys) ms a hand-off reserves the key.
+/* KEYS[1] lock key, then either KEYS[2] the waiters queue, or KEYS[2] the
+ * waiters queue, KEYS[3] the waiters' data, KEYS[4] the wake-up list,
+ * KEYS[5] the fence counter (all with the same hash tag); ARGV[1] token,
+ * ARGV[2] (with five keys) what a waiter's hand-off list is named, less
+ * the waiter's token.
  * Compare-and-delete: 1 released, 0 the key is gone or holds another token
- * (we must not delete the next holder's), 3 released (or handed over) and
- * waiters woken (five keys only: the caller may send five keys next time).
- * Without a waiters set nobody waits (every refused waiter joins it, see
+ * (we must not delete the next holder's), 3 released and the lock handed
+ * over or waiters woken (five keys only: the caller may send five keys
+ * next time).
+ * Without a waiters queue nobody waits (every refused waiter joins it, see
  * ACQUIRE, and it outlives their waits): the key is just deleted. With two
  * keys and waiters, nothing is done and the reply is 2: the caller then
- * sends the five-key form, which wakes them. (Two keys keep the uncontended
- * release as small as the plain one: every argument costs both sides.)
- * Otherwise a waiter marked next gets the key handed over: it holds the
- * waiter's token for ARGV[2] ms (its claim takes a new fence), and the hand-off list
- * gets one element (only the marked waiter blocks on it); its claim
- * (ACQUIRE, own token) sets its ttl. Until that claim the mark reads
- * "=token", which no other waiter can take, so nobody else pops that
- * element. A waiter that died meanwhile costs those ms, once.
- * If none is marked the key is deleted. Either way the wake-up list is left
- * with exactly one element, which lives 1 s: Redis hands it to the
- * longest-blocked BLPOP waiter (after a hand-off, that one tries, fails and
- * marks itself next, so every waiter gets its turn), or to the next waiter
- * to BLPOP within that second (a release between a waiter's failed attempt
- * and its BLPOP is not lost). The key is also published on the channel
- * "redlock:wake", for the waiters inside nginx, which cannot block on a
- * connection each: one subscriber per worker wakes them (redlock.ngx_wait).
+ * sends the five-key form. (Two keys keep the uncontended release as small
+ * as the plain one: every argument costs both sides.)
+ * The direct hand-off: the waiter at the front of the queue (waiters that
+ * no longer count as waiting are dropped on the way) that blocks on its
+ * hand-off list gets the lock in this same step: the key holds its token
+ * for its ttl, with a new fence when it asked for one, and its hand-off
+ * list one element "fence server-ms", which its BLPOP returns: it holds
+ * the lock with no further request, and its validity counts from this
+ * server ms (see redlock.notify). The list lives as long as the lock.
+ * (Its name is not among KEYS, which the caller cannot know: while a
+ * Cluster slot migrates, a node refuses such a key that it does not hold
+ * yet; then that waiter is woken instead, below, as its BLPOP also watches
+ * the wake-up list. Before the hand-off the list is empty: the waiter's
+ * refusal emptied it, and it is in the queue for one hand-off only.)
+ * A front waiter that only wants to be woken, or a server without TIME,
+ * gets the key deleted and the wake-up list left with exactly one element,
+ * which lives 1 s: Redis hands it to the longest-blocked BLPOP waiter on
+ * it, or to the next one to BLPOP within that second (a release between a
+ * waiter's failed attempt and its BLPOP is not lost); the key is also
+ * published on the channel "redlock:wake", for the waiters inside nginx,
+ * which cannot block on a connection each: one subscriber per worker wakes
+ * them (redlock.ngx_wait).
  * Callers passing one key get neither (plain compare-and-delete). */
 #define REDLOCK_SCRIPT_RELEASE                                              \
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
-    "local waiters = KEYS[5] or KEYS[2]\n"                                  \
-    "if not waiters or redis.call('EXISTS', waiters) == 0 then\n"           \
+    "if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then\n"           \
     "  redis.call('DEL', KEYS[1])\n"                                        \
     "  return 1\n"                                                          \
     "end\n"                                                                 \
     "if not KEYS[3] then return 2 end\n"                                    \
-    "local nxt = redis.call('GET', KEYS[3])\n"                              \
-    "if nxt and string.sub(nxt, 1, 1) ~= '=' then\n"                        \
-    "  redis.call('SET', KEYS[3], '=' .. nxt, 'PX', ARGV[2])\n"             \
-    "  redis.call('SET', KEYS[1], nxt, 'PX', ARGV[2])\n"                    \
-    "  redis.call('DEL', KEYS[4])\n"                                        \
-    "  redis.call('RPUSH', KEYS[4], '1')\n"                                 \
-    "  redis.call('PEXPIRE', KEYS[4], ARGV[2])\n"                           \
-    "else\n"                                                                \
-    "  redis.call('DEL', KEYS[1])\n"                                        \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "local wake = not seeded\n"                                             \
+    "if seeded then\n"                                                      \
+    "  local t = redis.call('TIME')\n"                                      \
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+    "  while true do\n"                                                     \
+    "    local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"            \
+    "    if not front then break end\n"                                     \
+    "    local d = redis.call('HGET', KEYS[3], front)\n"                    \
+    "    local alive, ttl, fenced\n"                                        \
+    "    if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d)$') end\n" \
+    "    if not alive then wake = true break end\n"                         \
+    "    if tonumber(alive) >= now then\n"                                  \
+    "      if ttl == '0' then wake = true break end\n"                      \
+    "      local f = fence(fenced == '1' and KEYS[5])\n"                    \
+    "      local list = ARGV[2] .. front\n"                                 \
+    "      local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
+    "      if type(pushed) ~= 'number' then wake = true break end\n"        \
+    "      redis.call('PEXPIRE', list, ttl)\n"                              \
+    "      redis.call('SET', KEYS[1], front, 'PX', ttl)\n"                  \
+    "      redis.call('ZREM', KEYS[2], front)\n"                            \
+    "      redis.call('HDEL', KEYS[3], front)\n"                            \
+    "      return 3\n"                                                      \
+    "    end\n"                                                             \
+    "    redis.call('ZREM', KEYS[2], front)\n"                              \
+    "    redis.call('HDEL', KEYS[3], front)\n"                              \
+    "  end\n"                                                               \
     "end\n"                                                                 \
-    "redis.call('DEL', KEYS[2])\n"                                          \
-    "redis.call('RPUSH', KEYS[2], '1')\n"                                   \
-    "redis.call('PEXPIRE', KEYS[2], 1000)\n"                                \
+    "redis.call('DEL', KEYS[1])\n"                                          \
+    "if not wake then return 1 end\n"                                       \
+    "redis.call('DEL', KEYS[4])\n"                                          \
+    "redis.call('RPUSH', KEYS[4], '1')\n"                                   \
+    "redis.call('PEXPIRE', KEYS[4], 1000)\n"                                \
     "redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                      \
     "return 3\n"
+
+/* KEYS[1] lock key, KEYS[2] the waiters queue, KEYS[3] the waiters' data,
+ * KEYS[4] the caller's hand-off list; ARGV[1] token. A waiter that gives
+ * up leaves the queue; if the lock was handed to it meanwhile, it keeps
+ * it: the answer is its hand-off's element ("fence server-ms", as BLPOP
+ * would have returned it), else false. */
+#define REDLOCK_SCRIPT_GIVE_UP                                              \
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                \
+    "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                \
+    "local handed = redis.call('LPOP', KEYS[4])\n"                          \
+    "redis.call('DEL', KEYS[4])\n"                                          \
+    "if handed and redis.call('GET', KEYS[1]) == ARGV[1] then return handed end\n" \
+    "return false\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
  * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock. */

@@ -30,7 +30,6 @@ local WAITERS = scripted.WAITERS
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
 local format, floor, ceil, max, find = string.format, math.floor, math.ceil, math.max, string.find
 local dispatch = hold.dispatch
-local FAIR_AFTER = require("redlock.notify").FAIR_AFTER
 local emit, count_acquire = events.emit, events.count_acquire
 
 local _M = {
@@ -220,63 +219,84 @@ local function failed(key, err, code)
     return nil, format("%s (acquiring %s)", err, show_key(key)), code
 end
 
+-- A lock that a release handed to this waiter (redlock.notify): it counts
+-- from the server ms `since` after its last refused attempt, sent at t0,
+-- on this client's clock (never later than now).
+local function handed_at(client, t0, since)
+    local at = t0 + since * (1 - client.drift_factor)
+    local t = now()
+    if at > t then at = t end
+    return at
+end
+
 -- After a refused first attempt (pttl, where: the holder's), attempts
--- until `wait` ms have passed since start. Between attempts it blocks
--- until the holder's release wakes it (strategy.wait, opts.notify) or
--- sleeps retry_delay plus jitter; either way never past the holder's
--- expiry (the reply's pttl) nor past the deadline. A woken waiter that a
--- newcomer beats waits again with what is left of its budget.
-local function retry(client, key, o, wait, renew, token, start, pttl, where)
-    local attempts, hook = 1, o.on_event
+-- until `wait` ms have passed since start (attempts: how many were made).
+-- Between attempts it blocks until the holder's release hands it the lock
+-- or wakes it (strategy.wait, opts.notify) or sleeps retry_delay plus
+-- jitter; either way never past the holder's expiry (the reply's pttl) nor
+-- past the deadline. A woken waiter that a newcomer beats waits again with
+-- what is left of its budget.
+local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
+    local hook = o.on_event
     local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
-    -- a notified waiter's refusals announce it to the releases, which then
-    -- wake it (waiting: ms it may wait at most; redlock.notify); refused by
-    -- the plain first attempt, it asks again at once, joining the waiters
-    -- this time, before it blocks
+    -- a notified waiter's refusals put it in the waiters queue, whose
+    -- releases hand it the lock or wake it (waiting: ms it may still wait;
+    -- redlock.notify); refused by the plain first attempt, it asks again
+    -- at once, joining the queue this time, before it blocks
     local notified, waiting = wait_for and wait >= 1, nil
-    -- only a waiter that blocks on the hand-off list (redlock.notify) asks
-    -- to be marked next: a hand-off to one that polls, or that a subscriber
-    -- wakes (redlock.ngx_wait), would leave the key idle until it looks
-    local hands_off = client.transport.hands_off
+    -- a waiter that blocks on a connection of its own may be handed the
+    -- lock (redlock.notify); one that a subscriber wakes (redlock.ngx_wait),
+    -- or whose lock must wait for replicas, is woken to try again instead
+    local handoff = notified and client.transport.hands_off and not rep
+    local mine = handoff and token or nil
+    local server = client.one
+    if notified and server then server.contended = key end -- see acquire
     local deadline = start + wait
-    local again, ms, v = nil, nil, pttl
+    local v = pttl
     local t0 = start -- before each attempt
+    local waited = false
     while true do
         local left = deadline - now()
         if left <= 0 then
-            -- a waiter that gives up leaves the waiters set now, not when
-            -- the set expires (releases would keep waking nobody)
-            if waiting then strategy.give_up(client, key, token) end
+            -- a waiter that gives up leaves the waiters queue now, not when
+            -- the queue expires (releases would keep choosing it); a lock
+            -- handed to it meanwhile is its own
+            if waiting then
+                local handed, fence, since = strategy.give_up(client, key, token)
+                if handed == "handed" then
+                    return ended(client, o, key, start, attempts,
+                        taken(client, key, token, fence, o, renew, handed_at(client, t0, since)))
+                end
+            end
             local err, code = format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
             return ended(client, o, key, start, attempts, nil, err, code)
         end
-        if notified and waiting == nil then
-            waiting = ms_string(ceil(wait))
-            ms = waiting
-            t0 = now()
-        else
+        if not (notified and waiting == nil) then
             local bound = left
             if v >= 0 and v + 1 < bound then bound = v + 1 end
-            local blocked = wait_for and wait_for(client, key, bound, t0)
+            local blocked, fence, since
+            if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine) end
+            if blocked == "handed" then
+                return ended(client, o, key, start, attempts,
+                    taken(client, key, token, fence, o, renew, handed_at(client, t0, since)))
+            end
             if not blocked then
                 local delay = o.retry_delay + jitter(o.retry_jitter)
                 client.transport.sleep(delay < bound and delay or bound)
             end
-            t0 = now()
-            if notified then
-                -- a waiter tries again: once it has waited long it asks to be
-                -- handed the lock next, for as long as it may still wait
-                again, ms = "1", waiting
-                if hands_off and blocked and t0 - start >= FAIR_AFTER and deadline - t0 >= 1 then
-                    again, ms = "2", format("%d", ceil(deadline - t0))
-                end
-            end
+            waited = true
         end
-        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, ms, again, unfenced, rep, hook)
+        t0 = now()
+        -- ms it may still wait (at least 1): how long its place in the
+        -- queue lasts without a new attempt
+        if notified then waiting = ms_string(max(1, ceil(deadline - t0))) end
+        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep,
+            hook)
         attempts = attempts + 1
         if ok then
+            if server and not waited then server.contended = nil end
             return ended(client, o, key, start, attempts, taken(client, key, token, v2, o, renew, t0, where2))
         end
         if ok == false then
@@ -298,13 +318,25 @@ local function acquire(client, key, o, wait, renew)
         if lock or err then return lock, err, code end
     end
     local token, start = new_token(), now()
+    -- the key waited for last time on this server: it is likely held now,
+    -- and the first attempt goes straight to the waiters queue (a
+    -- notified waiter's first attempt; see retry), one round trip less
+    -- per lock under sustained contention; an acquire that did not wait
+    -- ends that
+    local server = client.one
+    if server and server.contended == key then
+        if wait >= 1 and o.notify then
+            return retry(client, key, o, wait, renew, token, start, -1, server:where(), 0)
+        end
+        server.contended = nil
+    end
     local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
         o.on_event)
     if ok then
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
     end
     if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
-    if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where) end
+    if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1) end
     -- a strategy may say why other than "locked" (Redlock: no quorum)
     if why then
         return ended(client, o, key, start, 1, nil, format("%s (acquiring %s)", why, show_key(key)), why_code)

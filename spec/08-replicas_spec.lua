@@ -13,8 +13,7 @@ local skip = helper.lua54_only()
 -- its waiting keys (docs/storage.md).
 local function leftovers(server, key)
     local out = {}
-    for _, k in ipairs({ key, "{" .. key .. "}:waiters", "{" .. key .. "}:wake",
-        "{" .. key .. "}:next", "{" .. key .. "}:handoff" }) do
+    for _, k in ipairs({ key, "{" .. key .. "}:waiters", "{" .. key .. "}:waiting", "{" .. key .. "}:wake" }) do
         if server:cli("EXISTS", k) ~= "0" then out[#out + 1] = k end
     end
     return table.concat(out, " ")

@@ -110,8 +110,9 @@ describe("keys the library leaves, and fences", function()
             assert.equal(0, status, out)
             gave_up = gave_up + tonumber(out:match("ok %d+ (%d+)"))
         end
-        -- the ttl (2 s) bounds every key: locks, waiters sets (their wait,
-        -- at most 1 s), wake-up lists (1 s), marks and hand-offs
+        -- the ttl (2 s) bounds every key: locks, waiters queues and their
+        -- data (their wait, at most 1 s, and a second's slack), wake-up
+        -- lists (1 s), hand-off lists (a lock's ttl)
         helper.sleep(2100)
         assert.is_true(d:command("DBSIZE") - before <= LIBRARY_KEYS)
         assert.is_true(gave_up >= 0)
@@ -185,8 +186,8 @@ describe("keys the library leaves, and fences", function()
         for _, key in ipairs { "plain", "a{b}c", "{}x", "{{x}}", "x}y", "}{", "{", "}", "{a}", "a{}b}" } do
             local slot = d:command("CLUSTER", "KEYSLOT", key)
             assert.equal(slot, core.keyslot(key), key)
-            for _, companion in ipairs { notify.waiters_key(key), notify.wake_key(key), notify.next_key(key),
-                notify.handoff_key(key) } do
+            for _, companion in ipairs { notify.waiters_key(key), notify.data_key(key), notify.wake_key(key),
+                notify.handoff_key(key, "0123456789abcdef0123456789abcdef") } do
                 assert.equal(slot, d:command("CLUSTER", "KEYSLOT", companion), key .. " -> " .. companion)
                 assert.is_nil(seen[companion], companion .. " twice")
                 seen[companion] = true

@@ -1,6 +1,7 @@
--- Notified waiting: waiters block in BLPOP on the lock's wake-up list, which
--- the release script fills; never longer than the holder's PTTL or the
--- waiter's remaining wait.
+-- Notified waiting: waiters block in BLPOP on a hand-off list of their own,
+-- which the release script fills when it hands them the lock (or on the
+-- wake-up list, for waiters that are only woken); never longer than the
+-- holder's PTTL or the waiter's remaining wait.
 local helper = require "helper"
 local redlock = require "redlock"
 local core = require "redlock.core"
@@ -77,71 +78,139 @@ describe("notified waiting", function()
         holder:wait()
     end)
 
-    it("a woken waiter beaten by a newcomer waits again, keeping its budget", function()
-        local key = helper.key()
-        local wake = "{" .. key .. "}:wake"
-        assert(client:acquire(key, { ttl = 10000 })) -- never released: see the EVAL below
-        local worker = helper.spawn(WORKER, "wait", server:url(), key, 5000, 6000)
-        assert.is_true(eventually(5000, function() return blocked() == 1 end))
-        -- release and a newcomer's SET NX PX in one step: the waiter wakes
-        -- and finds the key taken again
-        data:command("EVAL", [[
-            redis.call('DEL', KEYS[1])
-            redis.call('RPUSH', KEYS[2], '1')
-            redis.call('SET', KEYS[1], 'newcomer', 'PX', 1000)
-        ]], 2, key, wake)
-        local beaten_at = core.now()
-        assert.is_true(eventually(3000, function() return blocked() == 1 end), "waiter gone")
-        local status, out = worker:wait()
-        assert.equal(0, status, out)
-        local waited = tonumber(out:match("acquired (%S+)")) - beaten_at
-        -- the newcomer never releases: the waiter gets it at its expiry
-        assert.is_true(waited >= 700 and waited < 2500, "waited " .. waited)
-    end)
-
-    it("a waiter that waited long is handed the lock: a newcomer right after the release cannot barge",
-        function()
+    it("the release hands the lock to the blocked waiter in the same step: no claim follows, "
+        .. "and a newcomer is refused", function()
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
-        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 1000)
-        assert.is_true(eventually(5000, function() return blocked() == 1 end))
-        -- a waiter asks to be next at an attempt FAIR_AFTER ms into its
-        -- wait: wake it once without a release, so that it tries again
-        data:command("RPUSH", "{" .. key .. "}:wake", "1")
-        local marked
-        assert.is_true(eventually(5000, function()
-            marked = data:command("GET", "{" .. key .. "}:next")
-            return type(marked) == "string"
-        end), "the waiter did not ask to be next")
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 1000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        local queued = data:command("ZRANGE", "{" .. key .. "}:waiters", 0, -1)
+        assert.equal(1, #queued)
+        local calls = evalsha_calls()
         assert.is_true(lock:release())
-        -- handed over, not free: the key holds the waiter's token (it then
-        -- holds the lock for 1 s)
-        assert.equal(marked, data:command("GET", key))
+        -- handed over by the release itself: the key holds the waiter's token
+        assert.equal(queued[1], data:command("GET", key))
         local _, _, code = client:try_acquire(key)
         assert.equal("locked", code)
+        assert.is_true(eventually(5000, function() return output(worker):find("acquired") ~= nil end))
+        -- the release (two: the first after waiters came asks, then hands
+        -- over) and the newcomer's try; the waiter sent nothing more to get
+        -- the lock (it holds it for 1 s before its own release)
+        assert.equal(calls + 3, evalsha_calls())
         local status, out = worker:wait()
         assert.equal(0, status, out)
         assert.is_true(tonumber(out:match("fence (%d+)")) > lock.fence)
-        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:next"))
+        for _, suffix in ipairs { ":waiters", ":waiting", ":wake", ":handoff:" .. queued[1] } do
+            assert.equal(0, data:command("EXISTS", "{" .. key .. "}" .. suffix), suffix)
+        end
     end)
 
-    it("a hand-off to a waiter that died costs at most the short reservation", function()
+    it("a handed lock's validity counts from the release, and never past the key's expiry", function()
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
-        -- what a waiter that marked itself and died leaves: its mark, and
-        -- its token in the waiters set every refused waiter joins
-        data:command("SET", "{" .. key .. "}:next", "a-dead-waiter", "PX", 30000)
-        data:command("ZADD", "{" .. key .. "}:waiters", 0, "a-dead-waiter")
-        data:command("PEXPIRE", "{" .. key .. "}:waiters", 30000)
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 1500, 3000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        core.sleep(700) -- it has waited a while: its validity must not count from its attempt
         assert.is_true(lock:release())
-        assert.equal("a-dead-waiter", data:command("GET", key))
+        local out
+        assert.is_true(eventually(5000, function()
+            out = output(worker)
+            return out:find("acquired") ~= nil
+        end))
+        local t_sent = core.now()
         local pttl = data:command("PTTL", key)
-        assert.is_true(pttl > 0 and pttl <= 200, "reserved for " .. pttl)
+        local t_back = core.now()
+        assert.is_true(pttl > 0, "pttl " .. pttl)
+        local at, valid = out:match("acquired (%S+) fence %d+ valid (%S+)")
+        at, valid = tonumber(at), tonumber(valid)
+        -- what the waiter counts on ends before the key does
+        assert.is_true(at + valid <= t_back + pttl + 1,
+            string.format("counts on %.1f, the key ends by %.1f", at + valid, t_sent + pttl))
+        assert.is_true(valid > 2000, "valid " .. valid .. " of 3000")
+        local status, log = worker:wait()
+        assert.equal(0, status, log)
+    end)
+
+    it("waiters get the lock in the order they came, and a newcomer waits behind them", function()
+        local key = helper.key()
+        local waiters = "{" .. key .. "}:waiters"
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local workers = {}
+        for i = 1, 3 do
+            workers[i] = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 200)
+            assert.is_true(eventually(5000, function() return data:command("ZCARD", waiters) == i end))
+        end
+        assert.is_true(eventually(5000, function() return blocked() == 3 end))
+        assert.is_true(lock:release())
+        local _, _, code = client:try_acquire(key)
+        assert.equal("locked", code)
+        local newcomer = assert(client:acquire(key, { wait = 20000 }))
+        local came = core.now()
+        assert.is_true(newcomer:release())
+        local last = 0
+        for i = 1, 3 do
+            local status, out = workers[i]:wait()
+            assert.equal(0, status, out)
+            local at = tonumber(out:match("acquired (%S+)"))
+            assert.is_true(at > last, "waiter " .. i .. " out of turn")
+            last = at
+        end
+        assert.is_true(came > last, "the newcomer went before a waiter")
+    end)
+
+    it("a waiter that died is handed the lock at most once, and costs at most its ttl", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 0, 1500)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        local dead = data:command("ZRANGE", "{" .. key .. "}:waiters", 0, 0)[1]
+        os.execute("kill -KILL " .. output(worker):match("pid (%d+)"))
+        worker:wait()
+        assert.is_true(lock:release())
+        -- its place in the queue still counted: handed its ttl, once
+        assert.equal(dead, data:command("GET", key))
+        local pttl = data:command("PTTL", key)
+        assert.is_true(pttl > 0 and pttl <= 1500, "held for " .. pttl)
         local t0 = core.now()
-        local again = assert(client:acquire(key, { wait = 5000, retry_delay = 3000 }))
-        assert.is_true(core.now() - t0 < 1500)
+        local again = assert(client:acquire(key, { wait = 5000 }))
+        assert.is_true(core.now() - t0 < 1500 + 1000, "waited " .. (core.now() - t0))
         assert.is_true(again.fence > lock.fence)
         assert.is_true(again:release())
+        -- and not again: the next lock is free at once
+        local free = assert(client:try_acquire(key))
+        assert.is_true(free:release())
+    end)
+
+    it("a waiter that gives up keeps a lock handed to it meanwhile; a left-over hand-off is never taken "
+        .. "for a new one", function()
+        local scripted = require "redlock.scripted"
+        local s = client.servers[1]
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        -- a waiter's refused attempt (the request a waiting acquire sends)
+        local token = redlock.token()
+        assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
+        assert.is_true(lock:release())
+        local handed, fence, since = scripted.give_up(s, key, token)
+        assert.equal("handed", handed)
+        assert.is_true(fence > lock.fence)
+        assert.is_true(since >= 0)
+        assert.equal(token, data:command("GET", key))
+        data:command("DEL", key)
+        -- handed again, then the key goes (as by expiry) and another takes it:
+        -- the waiter's next refusal empties its hand-off list
+        lock = assert(client:acquire(key, { ttl = 10000 }))
+        assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
+        assert.is_true(lock:release())
+        local list = "{" .. key .. "}:handoff:" .. token
+        assert.equal(1, data:command("LLEN", list))
+        data:command("DEL", key)
+        lock = assert(client:acquire(key, { ttl = 10000 }))
+        assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
+        assert.equal(0, data:command("EXISTS", list))
+        assert.is_nil(scripted.give_up(s, key, token))
+        assert.is_true(lock:release())
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:waiters"))
     end)
 
     it("several processes with the default options lose no update", function()
@@ -174,8 +243,9 @@ describe("notified waiting", function()
         -- a waiter's refused attempt sets the flag for as long as it may wait
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
         assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        -- (8 s and a second's slack: redlock.notify)
         local pttl = data:command("PTTL", waiters)
-        assert.is_true(pttl > 0 and pttl <= 8000, "waiters pttl " .. tostring(pttl))
+        assert.is_true(pttl > 0 and pttl <= 9000, "waiters pttl " .. tostring(pttl))
         assert.equal(1, data:command("ZCARD", waiters))
         assert.is_true(lock:release())
         local status, out = worker:wait()

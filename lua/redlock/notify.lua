@@ -1,18 +1,32 @@
---- Notified waiting on one server: instead of polling, a waiter blocks in
--- BLPOP on the lock's wake-up list, which the release script refills with
--- one element. Internal.
+--- Notified waiting on one server, with a direct hand-off: instead of
+-- polling, a waiter blocks in BLPOP until the holder's release either hands
+-- it the lock or wakes it. Internal.
 --
--- Each refused attempt of a waiter adds its token to the lock's waiters set
--- (in the same atomic step as the refusal; the set lives as long as any
--- member may wait, and a waiter leaves it when it gets the lock), so a
--- release wakes somebody only when somebody may be waiting: the uncontended
--- release does no wake-up work.
+-- Each refused attempt of a waiter puts its token in the lock's waiters
+-- queue (at the back the first time; in the same atomic step as the
+-- refusal; the queue lives as long as any member counts as waiting, and a
+-- waiter leaves it when it gets the lock or gives up), so a release does
+-- hand-off or wake-up work only when somebody may be waiting: the
+-- uncontended release does none.
 --
--- Barging is bounded: a waiter that has waited FAIR_AFTER ms asks to be
--- marked "next" (one at a time); the release then hands the key straight to
--- its token, reserved for RESERVE_MS, and wakes it through a hand-off list
--- only it blocks on. Its next attempt finds its own token and sets its ttl
--- (see the ACQUIRE and RELEASE scripts in csrc/scripts.h).
+-- The direct hand-off: a waiter that blocks on a connection of its own
+-- (this module) blocks on its own hand-off list. The release that finds it
+-- at the front of the queue gives it the lock in the same atomic step (the
+-- key then holds its token for its ttl, with a new fence) and pushes
+-- "fence server-ms" to that list: BLPOP's answer is the lock, and no claim
+-- round trip follows. Waiters are served in queue order, so none is
+-- starved and newcomers cannot barge in while anybody waits. A waiter that
+-- only wants to be woken (inside nginx, where one subscriber per worker
+-- wakes them, redlock.ngx_wait; or one whose lock must wait for replicas)
+-- gets the key deleted and the wake-up list filled instead, and tries again.
+-- See the ACQUIRE and RELEASE scripts in csrc/scripts.h.
+--
+-- The validity of a handed lock: the key holds it for its ttl from the
+-- release, which came after the waiter's last refused attempt (sent at t0,
+-- answered at server time S0); the release's element says its server time
+-- S1, so the lock counts from t0 + (S1 - S0) x (1 - drift) on this
+-- client's clock: the server's own clock measured the wait, as it measures
+-- the ttl (redlock.lua).
 --
 -- The BLPOP runs on a connection of its own per server (a clone of the
 -- server's, made on first use), whose reply timeout is raised to the BLPOP
@@ -23,7 +37,7 @@ local options = require "redlock.options"
 local util = require "redlock.util"
 
 local companion_key = util.companion_key
-local format, ceil = string.format, math.ceil
+local format, ceil, match, tonumber = string.format, math.ceil, string.match, tonumber
 
 local _M = {}
 
@@ -32,34 +46,51 @@ local _M = {}
 options.CALL.notify = options.checks.boolean
 options.DEFAULTS.notify = true
 
---- A waiter asks to be next after waiting this long (ms).
-_M.FAIR_AFTER = 2
---- How long a hand-off reserves the key for the waiter marked next (ms).
-_M.RESERVE_MS = 200
-
---- The companion keys of a lock key, in its hash slot: the wake-up list,
--- the "next" mark, the hand-off list and the waiters set (see above).
+--- The companion keys of a lock key, in its hash slot: the waiters queue,
+-- the waiters' data, the wake-up list, and each waiter's hand-off list
+-- (the release names it: HANDOFF, then the waiter's token).
 -- (WAITERS: the suffix, for the release that asks companion_key itself)
 _M.WAITERS = ":waiters"
-function _M.wake_key(key) return companion_key(key, ":wake") end
-function _M.next_key(key) return companion_key(key, ":next") end
-function _M.handoff_key(key) return companion_key(key, ":handoff") end
+_M.HANDOFF = ":handoff:"
 function _M.waiters_key(key) return companion_key(key, _M.WAITERS) end
+function _M.data_key(key) return companion_key(key, ":waiting") end
+function _M.wake_key(key) return companion_key(key, ":wake") end
+function _M.handoff_prefix(key) return companion_key(key, _M.HANDOFF) end
+function _M.handoff_key(key, token) return companion_key(key, _M.HANDOFF) .. token end
 local wake_key, handoff_key = _M.wake_key, _M.handoff_key
 
-local function blpop(conn, key, ms, marked)
+--- What a hand-off's element says: the fence (0 when none was asked for)
+-- and the server ms since the waiter's last refused attempt (server.refused_at,
+-- see redlock.scripted), at least 0.
+function _M.handed(server, element)
+    local fence, at = match(element, "^(%d+) (%d+)$")
+    if not fence then return nil end
+    -- unknown (no TIME), or a server clock that went back: 0, the least
+    -- (the lock then counts from before the last attempt)
+    local refused_at = server.refused_at or 0
+    local since = refused_at > 0 and tonumber(at) - refused_at or 0
+    if since < 0 then since = 0 end
+    return tonumber(fence), since
+end
+
+local function blpop(conn, key, token, ms)
     -- seconds with ms resolution: Redis >= 6 takes a fraction; 0 would
     -- block forever, so ms is at least 1
     local secs = format("%.3f", ms / 1000)
-    if marked then return conn:command("BLPOP", handoff_key(key), wake_key(key), secs) end
+    if token then return conn:command("BLPOP", handoff_key(key, token), wake_key(key), secs) end
     return conn:command("BLPOP", wake_key(key), secs)
 end
 
---- Blocks until a release of `key` wakes this waiter or `ms` pass.
--- Returns true when it waited (woken or not); nil when it could not, and
--- the caller sleeps instead: no connection, or a server that refuses BLPOP
--- with a fractional timeout (before Redis 6), which then polls for good.
-function _M.wait(server, key, ms)
+--- Blocks until a release of `key` hands this waiter the lock, wakes it, or
+-- `ms` pass. token: the waiter's, when it may be handed the lock (it
+-- blocks on its own hand-off list, and on the wake-up list, which a
+-- release fills when it cannot hand over: see RELEASE), else nil (it
+-- blocks on the wake-up list). Returns true when it waited (woken or not); "handed", fence, since
+-- (see _M.handed) when it holds the lock now; nil when it could not wait,
+-- and the caller sleeps instead: no connection, or a server that refuses
+-- BLPOP with a fractional timeout (before Redis 6), which then polls for
+-- good.
+function _M.wait(server, key, ms, token)
     if server.no_notify then return nil end
     local conn = server.waiter
     if conn == nil then
@@ -70,12 +101,16 @@ function _M.wait(server, key, ms)
     ms = ceil(ms)
     if ms < 1 then ms = 1 end
     conn:set_timeout(ms + server.waiter_timeout)
-    local marked = server.marked == key -- set by the last failed attempt
-    local r, _, code, stale = blpop(conn, key, ms, marked)
-    if r == nil and stale then r, _, code = blpop(conn, key, ms, marked) end
+    local r, _, code, stale = blpop(conn, key, token, ms)
+    if r == nil and stale then r, _, code = blpop(conn, key, token, ms) end
     if r == nil then
         if code == "server" then server.no_notify = true end
         return nil
+    end
+    -- (the wake-up list's element: woken, to try again)
+    if token and type(r) == "table" and r[2] and r[1] ~= wake_key(key) then
+        local fence, since = _M.handed(server, r[2])
+        if fence then return "handed", fence, since end
     end
     return true
 end

@@ -6,9 +6,8 @@ local notify = require "redlock.notify"
 local replicas = require "redlock.replicas"
 
 local companion_key, ms_string = util.companion_key, util.ms_string
-local wake_key, next_key, handoff_key, waiters_key =
-    notify.wake_key, notify.next_key, notify.handoff_key, notify.waiters_key
-local RESERVE = string.format("%d", notify.RESERVE_MS)
+local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
+    notify.wake_key, notify.data_key, notify.handoff_key, notify.handoff_prefix, notify.waiters_key
 local format = string.format
 
 local _M = { name = "script" }
@@ -61,35 +60,31 @@ end
 -- acquire with rep (replica acknowledgement): as _M.acquire, with WAIT in
 -- the same write; a lock taken but not acknowledged is released (fail
 -- closed). true, fence, acked | false, pttl | nil, err, code.
-local function acquire_acked(server, key, token, ttl, waiting, again, unfenced, rep)
+local function acquire_acked(server, key, token, ttl, waiting, _, unfenced, rep)
     local conn, ttl_s = server.conn, ms_string(ttl)
-    local acked, fsynced, taken, v, marked
+    local acked, fsynced, taken, v, at
     if not waiting then
         if unfenced then
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 1, key, token, ttl_s)
+            acked, fsynced, taken, v, at = eval_wait(conn, rep, "acquire", 1, key, token, ttl_s)
         else
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 2, key,
+            acked, fsynced, taken, v, at = eval_wait(conn, rep, "acquire", 2, key,
                 fence_key(key, server.slot_fences), token, ttl_s)
         end
     else
-        local nkey, wkey = next_key(key), waiters_key(key)
-        if unfenced and again then
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 3, key, nkey, wkey, token,
-                ttl_s, waiting, again)
-        elseif unfenced then
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 3, key, nkey, wkey, token,
-                ttl_s, waiting)
-        elseif again then
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 4, key, nkey, wkey,
-                fence_key(key, server.slot_fences), token, ttl_s, waiting, again)
+        -- (a lock that waits for replicas is never handed over: the
+        -- release's connection could not WAIT for its write)
+        local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
+        if unfenced then
+            acked, fsynced, taken, v, at = eval_wait(conn, rep, "acquire", 4, key, wkey, dkey, hkey, token,
+                ttl_s, waiting, "w")
         else
-            acked, fsynced, taken, v, marked = eval_wait(conn, rep, "acquire", 4, key, nkey, wkey,
-                fence_key(key, server.slot_fences), token, ttl_s, waiting)
+            acked, fsynced, taken, v, at = eval_wait(conn, rep, "acquire", 5, key, wkey, dkey, hkey,
+                fence_key(key, server.slot_fences), token, ttl_s, waiting, "w")
         end
     end
     if acked == nil then return nil, fsynced, taken end -- the script did not answer
     local wrote = taken == 1 and v ~= nil
-    if acked ~= false and not wrote then return _M.answer(server, key, taken, v, marked) end
+    if acked ~= false and not wrote then return _M.answer(server, key, taken, v, at) end
     local ok, n, code = acknowledged(server, rep, wrote, acked, fsynced, "the lock",
         function() return _M.release(server, key, token) end)
     if ok then return true, v, n end
@@ -97,66 +92,64 @@ local function acquire_acked(server, key, token, ttl, waiting, again, unfenced, 
 end
 
 -- waiting (a string of ms): the caller may wait that long for a release
--- (notified waiting): a refusal then adds it to the waiters the releases
--- wake. again: nil on its first attempt, "1" on later ones (it leaves the
--- waiters when it gets the lock), "2" when it has waited long and asks to
--- be marked next for `waiting` ms; the mark is remembered on server for
--- notify.wait. unfenced: no fence is asked for (fence = false): the script
--- touches no counter, and the fence answered is 0. rep: the options of a
--- lock that waits for replicas (redlock.replicas), else nil; a lock taken
--- then answers true, fence, acked.
-function _M.acquire(server, key, token, ttl, waiting, again, unfenced, rep)
-    if rep then return acquire_acked(server, key, token, ttl, waiting, again, unfenced, rep) end
-    -- the script answers {1, fence} (taken) or {0, pttl, marked} (refused),
-    -- as values; a failure is nil, message, code (, stale)
+-- (notified waiting): a refusal then puts it in the waiters queue, whose
+-- releases hand it the lock or wake it (redlock.notify). handoff: it
+-- blocks on its own hand-off list (notify.wait with its token), so a
+-- release may hand it the lock; else it is only woken. unfenced: no fence
+-- is asked for (fence = false): the script touches no counter, and the
+-- fence answered is 0. rep: the options of a lock that waits for replicas
+-- (redlock.replicas), else nil; a lock taken then answers true, fence,
+-- acked.
+function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
+    if rep then return acquire_acked(server, key, token, ttl, waiting, handoff, unfenced, rep) end
+    -- the script answers {1, fence} (taken) or {0, pttl[, server ms]}
+    -- (refused), as values; a failure is nil, message, code (, stale)
     local conn, ttl_s = server.conn, ms_string(ttl)
-    local taken, v, marked, stale
+    local taken, v, at, stale
     if not waiting then
         -- the uncontended path: the retry Server:eval would make, inline
         if unfenced then
-            taken, v, marked = eval_values(conn, "acquire", 1, key, token, ttl_s)
+            taken, v, at = eval_values(conn, "acquire", 1, key, token, ttl_s)
         else
             local fkey = fence_key(key, server.slot_fences)
-            taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+            taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
             if taken == nil and stale then
-                taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+                taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
             end
         end
     else
-        -- a waiter: the "next" mark and the waiters set, then the counter
-        local nkey, wkey, fkey = next_key(key), waiters_key(key), fence_key(key, server.slot_fences)
-        if unfenced and again then
-            taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting, again)
-        elseif unfenced then
-            taken, v, marked = eval_values(conn, "acquire", 3, key, nkey, wkey, token, ttl_s, waiting)
-        elseif again then
-            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fkey,
-                token, ttl_s, waiting, again)
+        -- a waiter: the waiters queue and data, its hand-off list, then the counter
+        local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
+        local how = handoff and "h" or "w"
+        if unfenced then
+            taken, v, at = eval_values(conn, "acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
-            taken, v, marked = eval_values(conn, "acquire", 4, key, nkey, wkey, fkey,
-                token, ttl_s, waiting)
+            taken, v, at = eval_values(conn, "acquire", 5, key, wkey, dkey, hkey,
+                fence_key(key, server.slot_fences), token, ttl_s, waiting, how)
         end
     end
-    return _M.answer(server, key, taken, v, marked)
+    return _M.answer(server, key, taken, v, at)
 end
 
 --- What the acquire script's answer (or the failure to get one) means:
 -- true, fence | false, pttl | nil, err, code. (redlock.lua sends the
 -- uncontended request of one server itself; see its acquire.)
-function _M.answer(server, key, taken, v, marked)
+-- A waiter's refusal also says the server's time (ms), which a hand-off's
+-- validity counts from (redlock.notify): kept in server.refused_at.
+function _M.answer(server, _, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
-        server.marked = marked == 1 and key or nil
+        if at then server.refused_at = at end
         return false, v
     end
-    if taken == nil then return nil, v, marked end
+    if taken == nil then return nil, v, at end
     return unexpected(server, "acquire", taken)
 end
 
 function _M.release(server, key, token)
     -- 2: waiters announced themselves (redlock.notify); the five-key form
-    -- hands the key over to a waiter marked next, or wakes one. After a
+    -- hands the lock to the one at the front, or wakes it. After a
     -- release that woke waiters (3), the next one of the same key goes
     -- straight to the five-key form: under contention the extra round trip
     -- would lengthen every hold.
@@ -175,8 +168,8 @@ end
 --- The five-key release, which wakes the waiters the two-key one answered 2
 -- for (see _M.release).
 function _M.release_waking(server, key, token)
-    local r, err, code = server:eval("release", 5, key, wake_key(key), next_key(key), handoff_key(key),
-        waiters_key(key), token, RESERVE)
+    local r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
+        fence_key(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
     server.woke_key = r == 3 and key or nil
     if r == 3 then return true end
@@ -198,10 +191,17 @@ function _M.extend(server, key, token, ttl, rep)
     return r == 1
 end
 
---- A waiter that gives up leaves the waiters set at once (best effort,
--- bounded by the server's timeout; the set expires anyway).
+--- A waiter that gives up leaves the waiters queue at once (best effort,
+-- bounded by the server's timeout; the queue expires anyway). A lock handed
+-- to it meanwhile is its own: "handed", fence, since (as notify.wait);
+-- otherwise nothing.
 function _M.give_up(server, key, token)
-    server.conn:command("ZREM", waiters_key(key), token)
+    local r = server.conn:eval("give_up", 4, key, waiters_key(key), data_key(key), handoff_key(key, token),
+        token)
+    if type(r) == "string" then
+        local fence, since = notify.handed(server, r)
+        if fence then return "handed", fence, since end
+    end
 end
 
 --- Blocks until a release wakes us or ms pass (see redlock.notify).

@@ -80,11 +80,11 @@ Server.noted = noted
 
 --- Lock operations, one server. acquire returns true, fence | false, pttl
 -- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
--- waiting, again (optional): see redlock.scripted. rep: replica
+-- waiting, handoff (optional): see redlock.scripted. rep: replica
 -- acknowledgement (redlock.replicas): a lock taken answers true, fence,
 -- acked.
-function Server:acquire(key, token, ttl, waiting, again, unfenced, rep)
-    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, again, unfenced, rep))
+function Server:acquire(key, token, ttl, waiting, handoff, unfenced, rep)
+    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, handoff, unfenced, rep))
 end
 --- true | false (not ours any more) | nil, err, code
 function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end
@@ -94,11 +94,13 @@ function Server:extend(key, token, ttl, rep)
 end
 
 --- Waits for a release of key, at most ms: true when it waited (notified
--- waiting), nil when these ops cannot and the caller must sleep. (since,
--- when the failed attempt was sent, serves redlock.cosocket's wait.)
-function Server:wait(key, ms)
+-- waiting), "handed", fence, since when the release handed it the lock
+-- (token: the waiter's, when it may be; redlock.notify), nil when these
+-- ops cannot and the caller must sleep. (since, when the failed attempt
+-- was sent, serves redlock.cosocket's wait.)
+function Server:wait(key, ms, _, token)
     local wait = self.ops.wait
-    if wait then return wait(self, key, ms) end
+    if wait then return wait(self, key, ms, token) end
     return nil
 end
 
@@ -113,8 +115,8 @@ end
 
 -- For redlock.cosocket, whose servers inherit these methods.
 _M.Server = Server
---- Its waiters block on the hand-off list too (redlock.notify), so they may
--- ask to be marked next.
+--- Its waiters block on connections of their own (redlock.notify), so a
+-- release may hand them the lock directly.
 _M.hands_off = true
 --- How this transport waits between attempts: a blocking sleep (ms).
 _M.sleep = core.sleep

@@ -9,11 +9,15 @@
 --                                     -> true[, acked] | false, where | nil, err, code
 --   (rep: the options of a lock that waits for replicas, redlock.replicas;
 --   acked: how many acknowledged its write)
---   wait(client, key, ms, since)     -> true (waited for a release, or ms)
+--   wait(client, key, ms, since, token)
+--                                     -> true (waited for a release, or ms)
+--                                     | "handed", fence, since (the release
+--                                       handed the lock to token's waiter)
 --                                     | nil (cannot: the caller sleeps)
 --                                     (optional: without it, acquire polls)
 --   give_up(client, key, token)      a waiter that wait() served gives up
---                                     (with wait)
+--                                     (with wait); "handed", fence, since
+--                                     when a lock was handed to it first
 local _M = { name = "single" }
 
 --- The outcome of server's acquire operation as this strategy answers it:
@@ -33,13 +37,13 @@ local function released(server, ok, err, code)
 end
 _M.released = released
 
--- waiting, again: a notified waiter's (see redlock.scripted.acquire).
+-- waiting, handoff: a notified waiter's (see redlock.scripted.acquire).
 -- (The server's operations are called directly, as Server:acquire would;
 -- redlock.lua makes the uncontended requests of a script-mode server
 -- itself, see its acquire.)
-function _M.acquire(client, key, token, ttl, waiting, again, unfenced, rep)
+function _M.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
     local server = client.servers[1]
-    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, again, unfenced, rep))
+    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep))
 end
 
 function _M.release(client, key, token)
@@ -54,16 +58,16 @@ function _M.extend(client, key, token, ttl, rep)
     return ok, err, code
 end
 
---- A waiter that gives up leaves the waiters set (best effort: a failure
--- leaves it to the set's own expiry).
+--- A waiter that gives up leaves the waiters queue (best effort: a failure
+-- leaves it to the queue's own expiry).
 function _M.give_up(client, key, token)
     local server = client.servers[1]
     local give_up = server.ops.give_up
-    if give_up then give_up(server, key, token) end
+    if give_up then return give_up(server, key, token) end
 end
 
-function _M.wait(client, key, ms, since)
-    return client.servers[1]:wait(key, ms, since)
+function _M.wait(client, key, ms, since, token)
+    return client.servers[1]:wait(key, ms, since, token)
 end
 
 return _M

@@ -3,8 +3,9 @@
 --   pid                                         (always first: "pid N")
 --   try_at  URL KEY AT_MS          try_acquire at core.now() == AT_MS
 --   hold    URL KEY TTL            acquire, print "held", sleep (for SIGKILL)
---   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS]]
---                                  acquire, print "acquired T fence F", hold
+--   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS [TTL]]]
+--                                  acquire, print "acquired T fence F valid V"
+--                                  (V: lock:remaining() at T), hold
 --   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
 local redlock = require "redlock"
 local core = require "redlock.core"
@@ -37,13 +38,14 @@ elseif mode == "wait" then
     local client = redlock.new { servers = { url } }
     local lock, err = client:acquire(key, {
         retry_delay = tonumber(arg[4]), retry_jitter = 0, wait = tonumber(arg[5]),
-        notify = arg[6] ~= "poll",
+        notify = arg[6] ~= "poll", ttl = tonumber(arg[8]),
     })
     if not lock then
         say("failed", err)
         os.exit(1)
     end
-    say("acquired", string.format("%.3f", core.now()), "fence", lock.fence)
+    local t = core.now()
+    say("acquired", string.format("%.3f", t), "fence", lock.fence, "valid", string.format("%.3f", lock:remaining()))
     if arg[7] then core.sleep(tonumber(arg[7])) end
     lock:release()
     client:close()
