@@ -30,9 +30,13 @@ local BUILD = os.getenv("REDLOCK_BUILD") or "build"
 
 local format, concat = string.format, table.concat
 
--- The default number of rounds: with 15 the medians of the cycle's speed
--- vs floor moved by less than 0.01 between runs here (bench/README.md).
-local ROUNDS = 15
+-- The default number of rounds. A round's ratio to the floor scatters with
+-- a standard deviation of about 0.08 in the split regime here (0.02-0.2
+-- shared, a few far-off rounds), so that the medians of 15 rounds still
+-- moved by 0.035-0.10 from one block of rounds to the next; the median of
+-- 31 holds to about +-0.02 (bench/README.md). 31 rounds of every case in
+-- both regimes take about two minutes here.
+local ROUNDS = 31
 
 -- options
 local rounds, scale, only, unix, out_dir, strict, regime_arg = ROUNDS, 1, nil, false, "bench/results",
@@ -414,9 +418,11 @@ do
         "result" }, lines)
 end
 print()
-print(format("medians of %d rounds (%d s); speed vs floor = median over rounds of (floor time / case time)",
-    rounds, elapsed))
-print("in the same round and regime; the floor is bench/floor.c doing the same round trips in plain hiredis.")
+print(format("medians of %d rounds%s (%d s).", rounds,
+    rounds == ROUNDS and ", the default (medians of fewer moved by up to 0.1 here: bench/README.md)" or "",
+    elapsed))
+print("speed vs floor = median over rounds of (floor time / case time) in the same round and regime;")
+print("the floor is bench/floor.c doing the same round trips in plain hiredis.")
 for _, row in ipairs(rows) do
     local def = row.def
     local extra = {}
