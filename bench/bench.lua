@@ -81,8 +81,8 @@ do
         regimes = { "unpinned" }
     elseif not taskset or ncpu < 2 then
         regimes = { "unpinned" }
-        regime_note = format("note: %s, so no split or shared regime: both sides unpinned, and the regime "
-            .. "targets do not apply as such", not taskset and "taskset is missing" or "one CPU")
+        regime_note = format("note: %s: no split or shared regime, both sides unpinned (against the split"
+            .. " regime's targets)", not taskset and "taskset is missing" or "one CPU")
     elseif regime_arg == "both" then
         regimes = { "split", "shared" }
     else

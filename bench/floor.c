@@ -208,7 +208,7 @@ static void read_pids(void) {
     for (i = 0; i < nservers; i++) {
         redisReply *r = command(ctx[i], 2, argv);
         const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
-        server_pid[i] = p ? atol(p + 11) : 0;
+        server_pid[i] = p ? strtol(p + 11, NULL, 10) : 0;
         freeReplyObject(r);
     }
 }
@@ -230,16 +230,15 @@ static double server_cpu_ns(void) {
         if ((d = opendir(path)) == NULL)
             return -1;
         while ((e = readdir(d)) != NULL) {
-            char file[128];
-            unsigned long long ns;
+            char file[128], line[128];
             FILE *f;
             if (e->d_name[0] == '.')
                 continue;
             snprintf(file, sizeof file, "/proc/%ld/task/%.32s/schedstat", server_pid[i], e->d_name);
             if ((f = fopen(file, "r")) == NULL)
                 continue; /* a thread that has just ended */
-            if (fscanf(f, "%llu", &ns) == 1) {
-                total += (double)ns;
+            if (fgets(line, sizeof line, f) != NULL) {
+                total += (double)strtoull(line, NULL, 10);
                 threads++;
             }
             fclose(f);
