@@ -66,6 +66,12 @@ do
     assert(known[regime_arg], "--regime split|shared|both|unpinned (" .. usage .. ")")
 end
 
+-- os.execute's success: true (Lua 5.2+) or 0 (Lua 5.1, LuaJIT)
+local function succeeds(cmd)
+    local r = os.execute(cmd)
+    return r == true or r == 0
+end
+
 -- Regimes: where the servers and the measuring process run.
 local REGIMES = {
     split = { server_cpu = "1", client_cpu = "0", what = "redis-server on CPU 1, client on CPU 0" },
@@ -75,7 +81,7 @@ local REGIMES = {
 local regimes, regime_note
 do
     local ncpu = tonumber((helper.read_cmd("getconf _NPROCESSORS_ONLN 2>/dev/null"):match("%d+"))) or 1
-    local taskset = os.execute("command -v taskset >/dev/null 2>&1")
+    local taskset = succeeds("command -v taskset >/dev/null 2>&1")
     REGIMES.unpinned.all_cpus = "0-" .. (ncpu - 1)
     if regime_arg == "unpinned" then
         regimes = { "unpinned" }
@@ -217,7 +223,7 @@ local function enter_regime(def, regime)
     local r = REGIMES[regime]
     local cpu = r.server_cpu or r.all_cpus
     for _, pid in ipairs(def.pids) do
-        assert(os.execute(format("taskset -a -pc %s %s >/dev/null 2>&1", cpu, pid)) or not r.server_cpu,
+        assert(succeeds(format("taskset -a -pc %s %s >/dev/null 2>&1", cpu, pid)) or not r.server_cpu,
             "taskset could not pin the server")
     end
     return r.client_cpu and format("taskset -c %s ", r.client_cpu) or ""
@@ -474,7 +480,7 @@ print("cpu us/op: lock cycles per second one Redis core could serve at that cost
 print("time per op against the extra client and server CPU (what is left is waiting: wake-ups, scheduling).")
 
 -- CSV and chart
-assert(os.execute("mkdir -p " .. helper.quote(out_dir)))
+assert(succeeds("mkdir -p " .. helper.quote(out_dir)), "could not make " .. out_dir)
 local f = assert(io.open(out_dir .. "/runs.csv", "w"))
 f:write("round,regime,case,side,ns_per_op,cpu_ns_per_op,server_ns_per_op,inside_ns_per_op,ops\n")
 for _, r in ipairs(raw) do
@@ -505,7 +511,7 @@ f:close()
 local plotted = false
 local ymax = 1.2
 for _, row in ipairs(rows) do if row.speed and row.speed * 1.1 > ymax then ymax = row.speed * 1.1 end end
-if os.execute("command -v gnuplot >/dev/null 2>&1") then
+if succeeds("command -v gnuplot >/dev/null 2>&1") then
     local gp = format([[
 set terminal pngcairo size 1400,560 font ",10" noenhanced
 set output "%s/chart.png"
@@ -538,7 +544,7 @@ unset multiplot
     local g = assert(io.open(out_dir .. "/chart.gp", "w"))
     g:write(gp)
     g:close()
-    plotted = os.execute("gnuplot " .. helper.quote(out_dir .. "/chart.gp") .. " 2>&1")
+    plotted = succeeds("gnuplot " .. helper.quote(out_dir .. "/chart.gp") .. " 2>&1")
 end
 print()
 print(format("wrote %s/runs.csv, %s/summary.csv%s", out_dir, out_dir,
