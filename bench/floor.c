@@ -23,13 +23,19 @@
  *   is read (the fan-out a quorum client makes), then every reply is read.
  *
  * Prints one line:
- *   ns_per_op=<float> cpu_ns_per_op=<float> ops=<n> calls=<cmd>:<count>,...
- * (cpu: this process's own CPU time, clock(3), what the client side costs)
- * where calls are the INFO commandstats deltas over the measured loop,
- * summed over the servers (INFO itself left out). Exits 2 on any
+ *   ns_per_op=<float> cpu_ns_per_op=<float> [server_ns_per_op=<float>]
+ *   ops=<n> calls=<cmd>:<count>,... usec=<cmd>:<usec>,...
+ * (cpu: this process's own CPU time, clock(3), what the client side costs;
+ * server: the redis-server processes' CPU time, the first field of
+ * /proc/<pid>/task/<tid>/schedstat summed over their threads, ns, left out
+ * when the servers' /proc is not readable here) where calls and usec are
+ * the INFO commandstats deltas over the measured loop, summed over the
+ * servers (INFO itself left out; a script's usec includes the commands it
+ * calls, which count again under their own names). Exits 2 on any
  * unexpected reply. The script texts come from csrc/scripts.h, so the
  * server runs the very scripts the library runs. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +53,7 @@
 typedef struct {
     char name[48];
     long long calls;
+    long long usec;
 } stat;
 
 typedef struct {
@@ -55,6 +62,7 @@ typedef struct {
 } stats;
 
 static redisContext *ctx[MAX_SERVERS];
+static long server_pid[MAX_SERVERS]; /* INFO server process_id */
 static int nservers;
 static char sha_acquire[41], sha_release[41];
 /* tokens: the pid (once: getpid is a system call) and a counter */
@@ -149,14 +157,14 @@ static void read_stats(stats *st) {
         char *line = r->str, *end;
         while (line != NULL && (line = strstr(line, "cmdstat_")) != NULL) {
             char name[48];
-            long long calls;
+            long long calls, usec;
             line += 8;
             end = strchr(line, ':');
             if (end == NULL || (size_t)(end - line) >= sizeof name)
                 break;
             memcpy(name, line, (size_t)(end - line));
             name[end - line] = '\0';
-            if (sscanf(end, ":calls=%lld", &calls) != 1 || strcmp(name, "info") == 0)
+            if (sscanf(end, ":calls=%lld,usec=%lld", &calls, &usec) != 2 || strcmp(name, "info") == 0)
                 continue;
             for (j = 0; j < st->n && strcmp(st->s[j].name, name) != 0; j++)
                 ;
@@ -165,26 +173,81 @@ static void read_stats(stats *st) {
                     die("INFO commandstats", "too many commands");
                 memcpy(st->s[j].name, name, sizeof name);
                 st->s[j].calls = 0;
+                st->s[j].usec = 0;
                 st->n++;
             }
             st->s[j].calls += calls;
+            st->s[j].usec += usec;
         }
         freeReplyObject(r);
     }
 }
 
-static void print_deltas(const stats *before, const stats *after) {
+/* The commands whose calls changed, with the change of calls or (usec
+ * set) of usec: name:delta,... */
+static void print_deltas(const stats *before, const stats *after, int usec) {
     int i, j, first = 1;
     for (i = 0; i < after->n; i++) {
-        long long d = after->s[i].calls;
+        long long calls = after->s[i].calls, d = usec ? after->s[i].usec : calls;
         for (j = 0; j < before->n; j++)
-            if (strcmp(before->s[j].name, after->s[i].name) == 0)
-                d -= before->s[j].calls;
-        if (d == 0)
+            if (strcmp(before->s[j].name, after->s[i].name) == 0) {
+                calls -= before->s[j].calls;
+                d -= usec ? before->s[j].usec : before->s[j].calls;
+            }
+        if (calls == 0)
             continue;
         printf("%s%s:%lld", first ? "" : ",", after->s[i].name, d);
         first = 0;
     }
+}
+
+/* The servers' process ids (INFO server), for their CPU time in /proc. */
+static void read_pids(void) {
+    const char *argv[2] = {"INFO", "server"};
+    int i;
+    for (i = 0; i < nservers; i++) {
+        redisReply *r = command(ctx[i], 2, argv);
+        const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
+        server_pid[i] = p ? strtol(p + 11, NULL, 10) : 0;
+        freeReplyObject(r);
+    }
+}
+
+/* ns on CPU of every thread of the servers so far (the first field of
+ * /proc/<pid>/task/<tid>/schedstat); -1 when one cannot be read (a server
+ * on another machine, or in another pid namespace). */
+static double server_cpu_ns(void) {
+    double total = 0;
+    int i;
+    for (i = 0; i < nservers; i++) {
+        char path[64];
+        DIR *d;
+        struct dirent *e;
+        int threads = 0;
+        if (server_pid[i] <= 0)
+            return -1;
+        snprintf(path, sizeof path, "/proc/%ld/task", server_pid[i]);
+        if ((d = opendir(path)) == NULL)
+            return -1;
+        while ((e = readdir(d)) != NULL) {
+            char file[128], line[128];
+            FILE *f;
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(file, sizeof file, "/proc/%ld/task/%.32s/schedstat", server_pid[i], e->d_name);
+            if ((f = fopen(file, "r")) == NULL)
+                continue; /* a thread that has just ended */
+            if (fgets(line, sizeof line, f) != NULL) {
+                total += (double)strtoull(line, NULL, 10);
+                threads++;
+            }
+            fclose(f);
+        }
+        closedir(d);
+        if (threads == 0)
+            return -1;
+    }
+    return total;
 }
 
 static int is_int(const redisReply *r, long long v) {
@@ -290,7 +353,7 @@ int main(int argc, char **argv) {
     mode m;
     int opt;
     stats before, after;
-    double t0, t1;
+    double t0, t1, s0, s1;
     clock_t c0, c1;
     while ((opt = getopt(argc, argv, "n:w:k:t:r")) != -1) {
         switch (opt) {
@@ -325,6 +388,7 @@ int main(int argc, char **argv) {
             die("too many servers", NULL);
         ctx[nservers++] = connect_to(argv[optind]);
     }
+    read_pids();
     load_script(REDLOCK_SCRIPT_ACQUIRE, sha_acquire);
     load_script(REDLOCK_SCRIPT_RELEASE, sha_release);
     if (m == HELD) {
@@ -335,21 +399,28 @@ int main(int argc, char **argv) {
     for (i = 0; i < warmup; i++)
         one_op(m, key, fence_key, ttl, (unsigned long long)i);
     read_stats(&before);
+    s0 = server_cpu_ns();
     c0 = clock();
     t0 = now_ns();
     for (i = 0; i < ops; i++)
         one_op(m, key, fence_key, ttl, (unsigned long long)(warmup + i));
     t1 = now_ns();
     c1 = clock();
+    s1 = server_cpu_ns();
     read_stats(&after);
     if (m == HELD) {
         const char *del[2] = {"DEL", key};
         for (i = 0; i < nservers; i++)
             freeReplyObject(command(ctx[i], 2, del));
     }
-    printf("ns_per_op=%.1f cpu_ns_per_op=%.1f ops=%ld calls=", (t1 - t0) / (double)ops,
-           (double)(c1 - c0) * 1e9 / CLOCKS_PER_SEC / (double)ops, ops);
-    print_deltas(&before, &after);
+    printf("ns_per_op=%.1f cpu_ns_per_op=%.1f", (t1 - t0) / (double)ops,
+           (double)(c1 - c0) * 1e9 / CLOCKS_PER_SEC / (double)ops);
+    if (s0 >= 0 && s1 >= s0)
+        printf(" server_ns_per_op=%.1f", (s1 - s0) / (double)ops);
+    printf(" ops=%ld calls=", ops);
+    print_deltas(&before, &after, 0);
+    printf(" usec=");
+    print_deltas(&before, &after, 1);
     printf("\n");
     for (i = 0; i < nservers; i++)
         redisFree(ctx[i]);

@@ -3,7 +3,8 @@
 # floor) with redis-servers of its own, started by spec/helper.lua on free
 # ports under one temporary directory; whatever is still running there when
 # the benchmark ends, however it ends, is stopped here. Arguments go to
-# bench/bench.lua (--rounds N --scale X --only id,id --unix --out DIR --strict).
+# bench/bench.lua (--rounds N --scale X --only id,id --regime split|shared|both|unpinned
+# --unix --out DIR --strict).
 set -u
 cd "$(dirname "$0")/.."
 LUA=${LUA:-lua5.4}

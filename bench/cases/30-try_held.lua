@@ -7,7 +7,7 @@ return {
     iterations = 1000,
     round_trips = 1,
     commands = { evalsha = 1, get = 1, pttl = 1 },
-    target = { speed_min = 0.95 },
+    target = { speed_min = { split = 0.95, shared = 0.90 } },
     setup = function(ctx)
         ctx.holder = ctx.redlock.new { servers = ctx.urls, ttl = 600000 }
         ctx.held = assert(ctx.holder:acquire(ctx.key))

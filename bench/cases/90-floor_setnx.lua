@@ -10,6 +10,8 @@ return {
     iterations = 1000,
     round_trips = 2,
     commands = { set = 1, evalsha = 1, get = 1, del = 1 },
+    -- sent by the client besides the script (time inside commands)
+    sent = { "set" },
     floor_commands = { evalsha = 2, get = 2, set = 1, incr = 1, time = 1, del = 1 },
     occasional = { set = 1 },
 }
