@@ -41,6 +41,51 @@ describe("connections", function()
             c:close()
         end)
 
+        it("the lock user of docs/security.md may do everything the library does (script and legacy mode)",
+            function()
+            local f = assert(io.open("docs/security.md"))
+            local doc = f:read("*a")
+            f:close()
+            local acl = assert(doc:match("\n(ACL SETUSER locker [^\n]+)\n"), "no ACL line in docs/security.md")
+            local legacy = assert(doc:match("legacy mode adds\n?%s*`([^`]+)`"), "no legacy commands")
+            local data = core.conn(server:spec { password = "top-secret-pw" })
+            finally(function() data:close() end)
+            local unpack = table.unpack or unpack -- luacheck: ignore 143
+            local args = {}
+            for word in acl:gmatch("%S+") do args[#args + 1] = word end
+            for _, mode in ipairs { "script", "legacy" } do
+                -- ACL SETUSER locker ... (the rules after the two words), reset first
+                data:command("ACL", "DELUSER", "locker")
+                assert.equal("OK", data:command("ACL", "SETUSER", unpack(args, 3)))
+                if mode == "legacy" then
+                    local more = {}
+                    for word in legacy:gmatch("%S+") do more[#more + 1] = word end
+                    assert.equal("OK", data:command("ACL", "SETUSER", "locker", unpack(more)))
+                end
+                local url = string.format("redis://locker:pw@127.0.0.1:%d", server.port)
+                local c = redlock.new { servers = { url }, mode = mode }
+                local key = helper.key("lock:acl")
+                local lock = assert(c:acquire(key, { ttl = 10000 }))
+                assert.equal("locked", select(3, c:try_acquire(key)))
+                assert.equal("timeout", select(3, c:acquire(key, { wait = 50 }))) -- joins, gives up
+                assert.is_true(lock:extend(10000))
+                -- a waiter in another process: the release hands it the lock
+                local worker = helper.spawn("spec/workers/lock_worker.lua", "wait", url, key, 20, 8000,
+                    "notify", 300)
+                assert.is_true(helper.eventually(5000, function()
+                    return mode == "legacy" or data:command("EXISTS", "{" .. key .. "}:waiters") == 1
+                end))
+                assert.is_true(lock:release())
+                local status, out = worker:wait()
+                assert.equal(0, status, out)
+                -- renewal in the background
+                assert(c:with_lock(key, { ttl = 300 }, function() core.sleep(700) end))
+                assert.equal(0, data:command("EXISTS", key))
+                c:close()
+            end
+            data:command("ACL", "DELUSER", "locker")
+        end)
+
         it("fails with a wrong password as 'server', without showing it", function()
             local c = redlock.new { servers = {
                 string.format("redis://alice:wrong-pw-123@127.0.0.1:%d", server.port) } }
