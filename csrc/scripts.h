@@ -54,7 +54,8 @@
  * succeed instead of locking itself out; a waiter that finds the lock
  * handed to it before it blocked takes it that way too.
  * A refused waiter joins the waiters queue in the same step, at the back
- * the first time (ZADD NX: a later attempt keeps its place), with its data
+ * the first time (a later attempt keeps its place; not ZADD NX, which
+ * Redis before 3.0.2 lacks), with its data
  * "alive-until ttl fenced": the server ms until which it counts as waiting
  * (its next wait is bounded by the holder's pttl and what it may still
  * wait; a waiter that has not asked again by then, plus SLACK, is skipped
@@ -79,7 +80,9 @@
     "  if not waiting then return {0, pttl} end\n"                          \
     "  redis.call('DEL', KEYS[4])\n"                                        \
     "  if not seeded then\n"                                                \
-    "    redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])\n"                   \
+    "    if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"             \
+    "      redis.call('ZADD', KEYS[2], 0, ARGV[1])\n"                       \
+    "    end\n"                                                             \
     "    if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then\n"         \
     "      redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"                       \
     "    end\n"                                                             \
@@ -90,7 +93,9 @@
     "  local span = tonumber(ARGV[3])\n"                                    \
     "  if pttl >= 0 and pttl + 1 < span then span = pttl + 1 end\n"         \
     "  span = span + " REDLOCK_WAIT_SLACK_MS "\n"                           \
-    "  redis.call('ZADD', KEYS[2], 'NX', t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
+    "  if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"               \
+    "    redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
+    "  end\n"                                                               \
     "  redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
     "    ARGV[4] == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"     \
     "  for i = 2, 3 do\n"                                                   \
@@ -125,7 +130,9 @@
  * sends the five-key form. (Two keys keep the uncontended release as small
  * as the plain one: every argument costs both sides.)
  * The direct hand-off: the waiter at the front of the queue (waiters that
- * no longer count as waiting are dropped on the way) that blocks on its
+ * no longer count as waiting are dropped on the way, and so are waiters
+ * without data, from a version before the hand-off, which are woken
+ * instead: they add themselves again when they try again) that blocks on its
  * hand-off list gets the lock in this same step: the key holds its token
  * for its ttl, with a new fence when it asked for one, and its hand-off
  * list one element "fence server-ms", which its BLPOP returns: it holds
@@ -163,8 +170,8 @@
     "    local d = redis.call('HGET', KEYS[3], front)\n"                    \
     "    local alive, ttl, fenced\n"                                        \
     "    if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d)$') end\n" \
-    "    if not alive then wake = true break end\n"                         \
-    "    if tonumber(alive) >= now then\n"                                  \
+    "    if not alive then wake = true end\n"                               \
+    "    if alive and tonumber(alive) >= now then\n"                        \
     "      if ttl == '0' then wake = true break end\n"                      \
     "      local f = fence(fenced == '1' and KEYS[5])\n"                    \
     "      local list = ARGV[2] .. front\n"                                 \
@@ -190,16 +197,18 @@
 
 /* KEYS[1] lock key, KEYS[2] the waiters queue, KEYS[3] the waiters' data,
  * KEYS[4] the caller's hand-off list; ARGV[1] token. A waiter that gives
- * up leaves the queue; if the lock was handed to it meanwhile, it keeps
- * it: the answer is its hand-off's element ("fence server-ms", as BLPOP
- * would have returned it), else false. */
+ * up leaves the queue; if the lock was handed to it meanwhile, the answer
+ * is its hand-off's element ("fence server-ms", as BLPOP would have
+ * returned it), or "held" when the key holds its token without one (the
+ * element was popped, and the reply lost): the caller then takes the lock,
+ * or releases it. Else false. */
 #define REDLOCK_SCRIPT_GIVE_UP                                              \
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                \
     "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                \
     "local handed = redis.call('LPOP', KEYS[4])\n"                          \
     "redis.call('DEL', KEYS[4])\n"                                          \
-    "if handed and redis.call('GET', KEYS[1]) == ARGV[1] then return handed end\n" \
-    "return false\n"
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end\n"      \
+    "return handed or 'held'\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
  * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock. */

@@ -255,20 +255,27 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
     local deadline = start + wait
     local v = pttl
     local t0 = start -- before each attempt
-    local waited = false
+    -- before the attempt whose refusal a hand-off's server time counts from
+    -- (redlock.notify; an attempt that failed, e.g. TRYAGAIN, is no refusal)
+    local t_refused = start
+    local waited, relisted = false, false
+    -- a waiter that leaves the queue (give_up): a lock handed to it
+    -- meanwhile is its own; one whose hand-off it cannot know (fence
+    -- unknown) is released, which hands it to the next waiter
+    local function leave()
+        local handed, fence, since = strategy.give_up(client, key, token)
+        if handed == "handed" then
+            return taken(client, key, token, fence, o, renew, handed_at(client, t_refused, since))
+        end
+        if handed == "held" then strategy.release(client, key, token) end
+    end
     while true do
         local left = deadline - now()
         if left <= 0 then
             -- a waiter that gives up leaves the waiters queue now, not when
-            -- the queue expires (releases would keep choosing it); a lock
-            -- handed to it meanwhile is its own
-            if waiting then
-                local handed, fence, since = strategy.give_up(client, key, token)
-                if handed == "handed" then
-                    return ended(client, o, key, start, attempts,
-                        taken(client, key, token, fence, o, renew, handed_at(client, t0, since)))
-                end
-            end
+            -- the queue expires (releases would keep choosing it)
+            local lock = waiting and leave()
+            if lock then return ended(client, o, key, start, attempts, lock) end
             local err, code = format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
             return ended(client, o, key, start, attempts, nil, err, code)
@@ -280,11 +287,18 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine) end
             if blocked == "handed" then
                 return ended(client, o, key, start, attempts,
-                    taken(client, key, token, fence, o, renew, handed_at(client, t0, since)))
+                    taken(client, key, token, fence, o, renew, handed_at(client, t_refused, since)))
             end
             if not blocked then
-                local delay = o.retry_delay + jitter(o.retry_jitter)
-                client.transport.sleep(delay < bound and delay or bound)
+                -- a server that has just refused BLPOP: polled from now on,
+                -- so at once in the queue again as a waiter only woken
+                -- (redlock.scripted), not one a release hands the lock to
+                if mine and server and server.no_notify and not relisted then
+                    relisted = true
+                else
+                    local delay = o.retry_delay + jitter(o.retry_jitter)
+                    client.transport.sleep(delay < bound and delay or bound)
+                end
             end
             waited = true
         end
@@ -300,9 +314,10 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             return ended(client, o, key, start, attempts, taken(client, key, token, v2, o, renew, t0, where2))
         end
         if ok == false then
-            v, where = v2, where2
+            v, where, t_refused = v2, where2, t0
         elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
-            if waiting then strategy.give_up(client, key, token) end
+            local lock = waiting and leave()
+            if lock then return ended(client, o, key, start, attempts, lock) end
             return ended(client, o, key, start, attempts, failed(key, v2, where2))
         end
         -- (TRYAGAIN: a Cluster slot half migrated for longer than the
@@ -326,7 +341,9 @@ local function acquire(client, key, o, wait, renew)
     local server = client.one
     if server and server.contended == key then
         if wait >= 1 and o.notify then
-            return retry(client, key, o, wait, renew, token, start, -1, server:where(), 0)
+            -- (pttl 0: should that attempt fail, e.g. TRYAGAIN, the next
+            -- comes soon, not after the whole wait)
+            return retry(client, key, o, wait, renew, token, start, 0, server:where(), 0)
         end
         server.contended = nil
     end

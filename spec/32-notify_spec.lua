@@ -213,6 +213,37 @@ describe("notified waiting", function()
         assert.equal(0, data:command("EXISTS", "{" .. key .. "}:waiters"))
     end)
 
+    it("a waiter left by a version before the hand-off (no data) is dropped and the lock still handed over",
+        function()
+        local key = helper.key()
+        local waiters = "{" .. key .. "}:waiters"
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        data:command("ZADD", waiters, 0, "an-older-waiter")
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 100)
+        assert.is_true(eventually(5000, function() return data:command("ZCARD", waiters) == 2 end))
+        local mine = data:command("ZRANGE", waiters, 1, 1)[1]
+        assert.is_true(lock:release())
+        assert.equal(mine, data:command("GET", key))
+        assert.equal(core.null, data:command("ZSCORE", waiters, "an-older-waiter"))
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+    end)
+
+    it("give_up tells a lock whose hand-off element was lost ('held'), so that the waiter releases it",
+        function()
+        local scripted = require "redlock.scripted"
+        local s = client.servers[1]
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local token = redlock.token()
+        assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
+        assert.is_true(lock:release())
+        data:command("LPOP", "{" .. key .. "}:handoff:" .. token) -- as a BLPOP whose reply was lost
+        assert.equal("held", scripted.give_up(s, key, token))
+        assert.equal(token, data:command("GET", key))
+        data:command("DEL", key)
+    end)
+
     it("several processes with the default options lose no update", function()
         local key, counter = helper.key(), helper.key("counter")
         local workers = {}
@@ -363,6 +394,31 @@ describe("notified waiting", function()
             "no polling seen")
         assert.equal(0, blocked())
         assert.is_true(lock:release())
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+    end)
+
+    it("a waiter on a server without BLPOP queues as one that is only woken: never handed the lock", function()
+        local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
+        local c = redlock.new { servers = { old:url() } }
+        local d = core.conn(old:spec())
+        finally(function()
+            c:close()
+            d:close()
+            old:stop()
+        end)
+        local key = helper.key()
+        local lock = assert(c:acquire(key, { ttl = 10000 }))
+        local worker = helper.spawn(WORKER, "wait", old:url(), key, 1000, 8000, "notify")
+        local entry
+        assert.is_true(eventually(5000, function()
+            local token = d:command("ZRANGE", "{" .. key .. "}:waiters", 0, 0)[1]
+            entry = token and d:command("HGET", "{" .. key .. "}:waiting", token)
+            -- "alive-until ttl fenced": ttl 0 once it knows BLPOP is refused
+            return type(entry) == "string" and entry:match("^%d+ (%d+) ") == "0"
+        end), "still queued for a hand-off: " .. tostring(entry))
+        assert.is_true(lock:release())
+        assert.equal(0, d:command("EXISTS", key)) -- deleted, not handed to a poller
         local status, out = worker:wait()
         assert.equal(0, status, out)
     end)

@@ -12,7 +12,8 @@
 --
 -- The subscriber wakes one waiter of the key per message and worker; the
 -- waiter tries again, and a newcomer may beat it (no hand-off: a waiter here
--- never asks to be marked next, see redlock.lua's retry). Until the
+-- blocks on no connection of its own, so it joins the waiters queue as one
+-- that is only woken; see redlock.notify). Until the
 -- subscriber has subscribed, and whenever it has lost its connection, wait
 -- answers nil and the caller polls (retry_delay plus jitter): never worse
 -- than polling. A release seen after the waiter's last attempt, but before

@@ -120,7 +120,8 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
         local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
-        local how = handoff and "h" or "w"
+        -- (a server that refused BLPOP: polled, so only woken)
+        local how = handoff and not server.no_notify and "h" or "w"
         if unfenced then
             taken, v, at = eval_values(conn, "acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
@@ -193,14 +194,16 @@ end
 
 --- A waiter that gives up leaves the waiters queue at once (best effort,
 -- bounded by the server's timeout; the queue expires anyway). A lock handed
--- to it meanwhile is its own: "handed", fence, since (as notify.wait);
--- otherwise nothing.
+-- to it meanwhile is its own: "handed", fence, since (as notify.wait), or
+-- "held" when the key holds its token but the hand-off's element was lost
+-- (its fence unknown: the caller releases it); otherwise nothing.
 function _M.give_up(server, key, token)
-    local r = server.conn:eval("give_up", 4, key, waiters_key(key), data_key(key), handoff_key(key, token),
-        token)
+    local r = server:eval("give_up", 4, key, waiters_key(key), data_key(key), handoff_key(key, token), token)
+    if r == "held" then return "held" end
     if type(r) == "string" then
         local fence, since = notify.handed(server, r)
         if fence then return "handed", fence, since end
+        return "held"
     end
 end
 
