@@ -181,16 +181,23 @@ describe("notified waiting", function()
         assert.is_true(free:release())
     end)
 
-    it("a waiter that gives up keeps a lock handed to it meanwhile; a left-over hand-off is never taken "
-        .. "for a new one", function()
-        local scripted = require "redlock.scripted"
+    -- A lock on key, a waiter's refused attempt in this process (the
+    -- request a waiting acquire sends), then the release, which hands the
+    -- waiter the lock. Returns the first lock, the waiter's token, the server.
+    local scripted = require "redlock.scripted"
+    local function hand_to_new_waiter(key)
         local s = client.servers[1]
-        local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
-        -- a waiter's refused attempt (the request a waiting acquire sends)
         local token = redlock.token()
         assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
         assert.is_true(lock:release())
+        return lock, token, s
+    end
+
+    it("a waiter that gives up keeps a lock handed to it meanwhile; a left-over hand-off is never taken "
+        .. "for a new one", function()
+        local key = helper.key()
+        local lock, token, s = hand_to_new_waiter(key)
         local handed, fence, since = scripted.give_up(s, key, token)
         assert.equal("handed", handed)
         assert.is_true(fence > lock.fence)
@@ -231,13 +238,8 @@ describe("notified waiting", function()
 
     it("give_up tells a lock whose hand-off element was lost ('held'), so that the waiter releases it",
         function()
-        local scripted = require "redlock.scripted"
-        local s = client.servers[1]
         local key = helper.key()
-        local lock = assert(client:acquire(key, { ttl = 10000 }))
-        local token = redlock.token()
-        assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
-        assert.is_true(lock:release())
+        local _, token, s = hand_to_new_waiter(key)
         data:command("LPOP", "{" .. key .. "}:handoff:" .. token) -- as a BLPOP whose reply was lost
         assert.equal("held", scripted.give_up(s, key, token))
         assert.equal(token, data:command("GET", key))
