@@ -145,7 +145,11 @@
  * refusal emptied it, and it is in the queue for one hand-off only.)
  * A front waiter that only wants to be woken, or a server without TIME,
  * gets the key deleted and the wake-up list left with exactly one element,
- * which lives 1 s: Redis hands it to the longest-blocked BLPOP waiter on
+ * which lives 1 s (one already there is kept, not deleted and pushed
+ * again: while a Cluster slot migrates, a node refuses to create a key in
+ * a script, even one the script has just deleted; the keys named in KEYS
+ * exist there, or the node answers TRYAGAIN before the script runs):
+ * Redis hands it to the longest-blocked BLPOP waiter on
  * it, or to the next one to BLPOP within that second (a release between a
  * waiter's failed attempt and its BLPOP is not lost); the key is also
  * published on the channel "redlock:wake", for the waiters inside nginx,
@@ -189,8 +193,7 @@
     "end\n"                                                                 \
     "redis.call('DEL', KEYS[1])\n"                                          \
     "if not wake then return 1 end\n"                                       \
-    "redis.call('DEL', KEYS[4])\n"                                          \
-    "redis.call('RPUSH', KEYS[4], '1')\n"                                   \
+    "if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('RPUSH', KEYS[4], '1') end\n" \
     "redis.call('PEXPIRE', KEYS[4], 1000)\n"                                \
     "redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                      \
     "return 3\n"
