@@ -40,7 +40,8 @@
  * KEYS[4] the caller's own hand-off list (all with the lock key's hash
  * tag), then, when the caller wants a fence, the fence counter last (so: 2
  * or 5 keys with a fence, 1 or 4 without); ARGV[1] token, ARGV[2] ttl in
- * ms, ARGV[3] (a waiter) ms it may still wait, ARGV[4] (a waiter) "h" when
+ * ms, ARGV[3] (a waiter) ms its next block lasts at most (its remaining
+ * wait, at most redlock.notify's RECHECK_MS), ARGV[4] (a waiter) "h" when
  * it blocks on its hand-off list and may be handed the lock, "w" when it
  * only wants to be woken.
  * Returns {1, fence} when we hold the lock (fence 0 when none was asked
@@ -57,9 +58,9 @@
  * the first time (a later attempt keeps its place; not ZADD NX, which
  * Redis before 3.0.2 lacks), with its data
  * "alive-until ttl fenced": the server ms until which it counts as waiting
- * (its next wait is bounded by the holder's pttl and what it may still
- * wait; a waiter that has not asked again by then, plus SLACK, is skipped
- * and dropped, so one that died costs a hand-off at most once), and for
+ * (its next block is bounded by the holder's pttl and ARGV[3]; a waiter
+ * that has not asked again by then, plus SLACK, is skipped and dropped, so
+ * one that died costs a hand-off at most once), and for
  * "h" the ttl and fence a hand-off gives it (ttl 0: wake it only). The
  * queue and the data live at least as long as any member counts as
  * waiting: a release (even one that comes before the waiter blocks) knows

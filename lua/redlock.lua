@@ -28,7 +28,9 @@ local show_key, jitter = util.show_key, util.jitter
 local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
 local WAITERS = scripted.WAITERS
 local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
-local format, floor, ceil, max, find = string.format, math.floor, math.ceil, math.max, string.find
+local format, floor, ceil, find = string.format, math.floor, math.ceil, string.find
+local max, min = math.max, math.min
+local RECHECK_MS = require("redlock.notify").RECHECK_MS
 local dispatch = hold.dispatch
 local emit, count_acquire = events.emit, events.count_acquire
 
@@ -283,6 +285,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
         if not (notified and waiting == nil) then
             local bound = left
             if v >= 0 and v + 1 < bound then bound = v + 1 end
+            if notified and bound > RECHECK_MS then bound = RECHECK_MS end
             local blocked, fence, since
             if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine) end
             if blocked == "handed" then
@@ -303,9 +306,9 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             waited = true
         end
         t0 = now()
-        -- ms it may still wait (at least 1): how long its place in the
-        -- queue lasts without a new attempt
-        if notified then waiting = ms_string(max(1, ceil(deadline - t0))) end
+        -- how long its next block lasts at most (at least 1 ms): its place
+        -- in the queue lasts that long (and a second) without a new attempt
+        if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
         local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep,
             hook)
         attempts = attempts + 1

@@ -111,8 +111,8 @@ describe("keys the library leaves, and fences", function()
             gave_up = gave_up + tonumber(out:match("ok %d+ (%d+)"))
         end
         -- the ttl (2 s) bounds every key: locks, waiters queues and their
-        -- data (their wait, at most 1 s, and a second's slack), wake-up
-        -- lists (1 s), hand-off lists (a lock's ttl)
+        -- data (a block, at most 1 s, and a second's slack), wake-up lists
+        -- (1 s), hand-off lists (a lock's ttl)
         helper.sleep(2100)
         assert.is_true(d:command("DBSIZE") - before <= LIBRARY_KEYS)
         assert.is_true(gave_up >= 0)

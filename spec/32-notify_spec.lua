@@ -181,6 +181,21 @@ describe("notified waiting", function()
         assert.is_true(free:release())
     end)
 
+    it("a waiter that died 2 s before the release is skipped, however long the holder's ttl", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 30000 }))
+        local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 0, 10000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        os.execute("kill -KILL " .. output(worker):match("pid (%d+)"))
+        worker:wait()
+        core.sleep(2100) -- its last block (1 s at most) and the second's slack
+        assert.is_true(lock:release())
+        assert.equal(0, data:command("EXISTS", key)) -- deleted, not handed to the dead
+        local free = assert(client:try_acquire(key))
+        assert.is_true(free:release())
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:waiters"))
+    end)
+
     -- A lock on key, a waiter's refused attempt in this process (the
     -- request a waiting acquire sends), then the release, which hands the
     -- waiter the lock. Returns the first lock, the waiter's token, the server.
@@ -297,9 +312,12 @@ describe("notified waiting", function()
         local other = redlock.new { servers = { server:url() } }
         local _, _, code = other:acquire(key, { wait = 300 })
         assert.equal("timeout", code)
-        -- the set lives for the longer waiter's 8 s; the one that gave up is out
+        -- the set lives on for the longer waiter (renewed by its attempt
+        -- every second); the one that gave up is out
         assert.equal(1, data:command("ZCARD", waiters))
-        assert.is_true(data:command("PTTL", waiters) > 5000)
+        core.sleep(2500)
+        assert.equal(1, data:command("ZCARD", waiters))
+        assert.is_true(data:command("PTTL", waiters) > 0)
         assert.is_true(lock:release())
         local status, out = worker:wait()
         assert.equal(0, status, out)

@@ -46,6 +46,13 @@ local _M = {}
 options.CALL.notify = options.checks.boolean
 options.DEFAULTS.notify = true
 
+--- A waiter blocks at most this long (ms) before it asks again, which
+-- renews its place in the queue: its place lasts that long and a second
+-- more (see ACQUIRE in csrc/scripts.h), so a waiter that died is skipped
+-- by the releases that come 2 s after it died, or later, whatever the
+-- holder's ttl.
+_M.RECHECK_MS = 1000
+
 --- The companion keys of a lock key, in its hash slot: the waiters queue,
 -- the waiters' data, the wake-up list, and each waiter's hand-off list
 -- (the release names it: HANDOFF, then the waiter's token).
