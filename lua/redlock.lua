@@ -148,12 +148,12 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook)
         return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
-    local taken, v, marked, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    local taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
-        taken, v, marked = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+        taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     end
     if taken == 1 and v then return true, v end
-    return single.acquired(server, scripted.answer(server, key, taken, v, marked))
+    return single.acquired(server, scripted.answer(server, taken, v, at))
 end
 
 -- A lock that replicas acknowledged too late: its validity ran out while
@@ -221,14 +221,24 @@ local function failed(key, err, code)
     return nil, format("%s (acquiring %s)", err, show_key(key)), code
 end
 
--- A lock that a release handed to this waiter (redlock.notify): it counts
--- from the server ms `since` after its last refused attempt, sent at t0,
--- on this client's clock (never later than now).
-local function handed_at(client, t0, since)
-    local at = t0 + since * (1 - client.drift_factor)
-    local t = now()
+-- The lock a release handed to this waiter (redlock.notify), with its
+-- fence: it counts from the server ms `since` after the waiter's last
+-- refused attempt, sent at t_refused, on this client's clock (never later
+-- than now).
+local function handed(client, key, token, o, renew, t_refused, fence, since)
+    local at, t = t_refused + since * (1 - client.drift_factor), now()
     if at > t then at = t end
-    return at
+    return taken(client, key, token, fence, o, renew, at)
+end
+
+-- A waiter that leaves the waiters queue (strategy.give_up): a lock handed
+-- to it meanwhile is its own (returned); one whose hand-off it cannot know
+-- (fence unknown) is released, which hands it to the next waiter.
+local function leave(client, key, token, o, renew, t_refused)
+    local strategy = client.strategy
+    local outcome, fence, since = strategy.give_up(client, key, token)
+    if outcome == "handed" then return handed(client, key, token, o, renew, t_refused, fence, since) end
+    if outcome == "held" then strategy.release(client, key, token) end
 end
 
 -- After a refused first attempt (pttl, where: the holder's), attempts
@@ -261,22 +271,12 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
     -- (redlock.notify; an attempt that failed, e.g. TRYAGAIN, is no refusal)
     local t_refused = start
     local waited, relisted = false, false
-    -- a waiter that leaves the queue (give_up): a lock handed to it
-    -- meanwhile is its own; one whose hand-off it cannot know (fence
-    -- unknown) is released, which hands it to the next waiter
-    local function leave()
-        local handed, fence, since = strategy.give_up(client, key, token)
-        if handed == "handed" then
-            return taken(client, key, token, fence, o, renew, handed_at(client, t_refused, since))
-        end
-        if handed == "held" then strategy.release(client, key, token) end
-    end
     while true do
         local left = deadline - now()
         if left <= 0 then
             -- a waiter that gives up leaves the waiters queue now, not when
             -- the queue expires (releases would keep choosing it)
-            local lock = waiting and leave()
+            local lock = waiting and leave(client, key, token, o, renew, t_refused)
             if lock then return ended(client, o, key, start, attempts, lock) end
             local err, code = format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
@@ -290,7 +290,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine) end
             if blocked == "handed" then
                 return ended(client, o, key, start, attempts,
-                    taken(client, key, token, fence, o, renew, handed_at(client, t_refused, since)))
+                    handed(client, key, token, o, renew, t_refused, fence, since))
             end
             if not blocked then
                 -- a server that has just refused BLPOP: polled from now on,
@@ -319,7 +319,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
         if ok == false then
             v, where, t_refused = v2, where2, t0
         elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
-            local lock = waiting and leave()
+            local lock = waiting and leave(client, key, token, o, renew, t_refused)
             if lock then return ended(client, o, key, start, attempts, lock) end
             return ended(client, o, key, start, attempts, failed(key, v2, where2))
         end

@@ -84,7 +84,7 @@ local function acquire_acked(server, key, token, ttl, waiting, _, unfenced, rep)
     end
     if acked == nil then return nil, fsynced, taken end -- the script did not answer
     local wrote = taken == 1 and v ~= nil
-    if acked ~= false and not wrote then return _M.answer(server, key, taken, v, at) end
+    if acked ~= false and not wrote then return _M.answer(server, taken, v, at) end
     local ok, n, code = acknowledged(server, rep, wrote, acked, fsynced, "the lock",
         function() return _M.release(server, key, token) end)
     if ok then return true, v, n end
@@ -129,7 +129,7 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
                 fence_key(key, server.slot_fences), token, ttl_s, waiting, how)
         end
     end
-    return _M.answer(server, key, taken, v, at)
+    return _M.answer(server, taken, v, at)
 end
 
 --- What the acquire script's answer (or the failure to get one) means:
@@ -137,7 +137,7 @@ end
 -- uncontended request of one server itself; see its acquire.)
 -- A waiter's refusal also says the server's time (ms), which a hand-off's
 -- validity counts from (redlock.notify): kept in server.refused_at.
-function _M.answer(server, _, taken, v, at)
+function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
