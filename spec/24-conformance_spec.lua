@@ -247,14 +247,24 @@ cases[#cases + 1] = {
         s.master:kill()
         assert(helper.eventually(30000, function() return s.replica:cli("ROLE"):match("^master") ~= nil end),
             "the replica was not promoted")
+        -- every node knows: the map a client reloads from any of them names
+        -- the new master (a node that has not learned it yet is another case)
+        local function line_of(nodes, node)
+            return nodes:match("[^\n]* 127%.0%.0%.1:" .. node.port .. "@[^\n]*") or ""
+        end
         assert(helper.eventually(20000, function()
             for _, node in ipairs(fx.cluster.nodes) do
-                if helper.alive(node.pid) and not node:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true) then
-                    return false
+                if helper.alive(node.pid) then
+                    local nodes = node:cli("CLUSTER", "NODES")
+                    if not node:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true)
+                        or not line_of(nodes, s.replica):find("master", 1, true)
+                        or not line_of(nodes, s.master):find(" master,fail ", 1, true) then
+                        return false
+                    end
                 end
             end
             return true
-        end), "the Cluster did not recover")
+        end), "the Cluster did not agree on the new master")
     end,
     -- the next call finds the new master (the map reloaded after the
     -- connection failed): taken there; a renewed lock stays held there
