@@ -13,6 +13,9 @@
 --           observed is the topology's own vote
 --   renew   the renewal thread (csrc/renew.c): a lock held with renew =
 --           true through the case's event, observed afterwards
+--   renew_redlock   the same for a Redlock of the topology and one plain
+--           server (a majority of 2): the thread's rounds go through the
+--           fan-out
 --   nginx   the cosockets inside nginx (lua/redlock/cosocket.lua,
 --           ngx_cluster.lua, ngx_sentinel.lua): spec/openresty/conform.lua
 local helper = require "helper"
@@ -180,7 +183,12 @@ acked.close = plain.close
 local fanout = { name = "fanout" }
 
 function fanout.open(fx, ctx)
-    ctx.client = redlock.new(client_opts({ ctx.url, fx.voters[1]:url(), fx.voters[2]:url() }))
+    local o = client_opts({ ctx.url, fx.voters[1]:url(), fx.voters[2]:url() })
+    -- each voter's time limit as the other drivers' (their timeout): a cell
+    -- then differs by its rule, not by its budget; unless the case asks
+    -- for the default one (ttl / 200, 10 to 50 ms)
+    if not ctx.default_budget then o.server_timeout = 1000 end
+    ctx.client = redlock.new(o)
     ctx.voter = ctx.client.servers[1].name
 end
 function fanout.acquire(_, ctx, key, ttl)
@@ -222,6 +230,21 @@ function renew.observe(_, _, held)
     return { ok = not lost, token = held.token, err = lost and (tostring(why) .. ": " .. tostring(err)) or err,
         lock = lock }
 end
+
+-- The renewal thread of a Redlock of two, the topology and one plain server
+-- (a majority of 2: the lock stays only while the topology renews it too),
+-- whose rounds go through the fan-out of csrc/fanout.c from the thread.
+local renew_redlock = { name = "renew_redlock", renews = true }
+
+function renew_redlock.open(fx, ctx)
+    local o = client_opts({ ctx.url, fx.voters[1]:url() })
+    if not ctx.default_budget then o.server_timeout = 1000 end -- (as fanout's)
+    ctx.client = redlock.new(o)
+end
+renew_redlock.hold = renew.hold
+renew_redlock.observe = renew.observe
+renew_redlock.release = plain.release
+renew_redlock.close = plain.close
 
 -- nginx: one worker, spec/openresty/conform.lua; every cell a client of its
 -- own in the worker (client=<id>). Holds its locks in the worker.
@@ -297,6 +320,8 @@ end
 function nginx.release(_, _, held) return ngx_call("op=release&key=" .. enc(held.key)).ok end
 function nginx.close() end
 
-_M.drivers = { plain, acked, fanout, renew, nginx }
+-- (the request drivers first: in a case with one event for all, the
+-- renewal drivers' waits come after their calls)
+_M.drivers = { plain, acked, fanout, nginx, renew, renew_redlock }
 
 return _M
