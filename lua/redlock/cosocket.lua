@@ -400,6 +400,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             sock:close()
             return nil, err, code, retry == true
         end
+        self.made = self.made + 1
     end
     local ok, v, msg, wres
     if w then
@@ -676,6 +677,7 @@ function _M.new(spec, mode, o)
         name = b.name,
         mode = mode,
         ops = b.ops, -- as redlock.server picks them for the mode
+        scripts_only = b.scripts_only,
         fallback = b,
         fallback_pid = ngx.worker.pid(),
         host = host,
@@ -699,6 +701,8 @@ function _M.new(spec, mode, o)
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
+        -- connections made with setup() (see Server:connects)
+        made = 0,
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
@@ -761,6 +765,11 @@ function Server:wait(key, ms, since)
     if not self.ops.wait or not yieldable() then return nil end
     return ngx_wait.wait(self, key, ms, since)
 end
+
+--- How many connections to this server this worker has made (pooled
+-- ones and the hiredis ones of the phases without cosockets): a new one may
+-- reach a server with other settings (redlock.detect asks again).
+function Server:connects() return self.made + fallback(self).conn:connects() end
 
 --- The renewal thread (csrc/renew.c) runs outside the event loop with
 -- blocking connections of its own: it copies the hiredis server's settings.
