@@ -75,6 +75,35 @@ local function table_rows(header)
     return found
 end
 
+local OPTIONS_HEADER = "| option | scope | default | meaning |"
+
+-- The cells of the rows of the tables whose header row is `header`, by
+-- their first cell's name: { name = { "`name`", cell2, ... } } (trimmed).
+local function table_cells(header)
+    local found = {}
+    for _, doc in ipairs(DOCS) do
+        local in_table = false
+        for i = 1, #doc.lines do
+            local line = doc.outside[i]
+            if line and line == header then
+                in_table = true
+            elseif in_table and line and line:match("^|") then
+                local name = line:match("^| `([^`]+)`")
+                if name then
+                    local cells = {}
+                    for cell in line:sub(2):gmatch("([^|]*)|") do
+                        cells[#cells + 1] = (cell:gsub("^%s+", ""):gsub("%s+$", ""))
+                    end
+                    found[name] = cells
+                end
+            else
+                in_table = false
+            end
+        end
+    end
+    return found
+end
+
 local function keys(...)
     local out = {}
     for _, t in ipairs({ ... }) do
@@ -170,7 +199,31 @@ describe("the documents", function()
     it("document every option of redlock.new and of the calls once, in the options table", function()
         local code = keys(options.DEFAULTS, options.CALL, options.CLIENT)
         assert.truthy(code.renew and code.notify, "redlock did not register its per-call options")
-        same_names("option", table_rows("| option | default | meaning |"), code)
+        same_names("option", table_rows(OPTIONS_HEADER), code)
+    end)
+
+    it("state each option's scope and default in the options table as the code has them", function()
+        local problems = {}
+        local function literal(v)
+            if type(v) == "string" then return string.format('`"%s"`', v) end
+            return "`" .. tostring(v) .. "`"
+        end
+        for name, cells in pairs(table_cells(OPTIONS_HEADER)) do
+            local scope, default = cells[2], cells[3]
+            local want = options.CALL[name] and "call" or "client"
+            if scope ~= want then
+                problems[#problems + 1] = string.format("%s: scope '%s', the code says %s", name, scope, want)
+            end
+            local v = options.DEFAULTS[name]
+            if v ~= nil and default ~= literal(v) then
+                problems[#problems + 1] = string.format("%s: default %s, the code says %s", name, default,
+                    literal(v))
+            elseif v == nil and default:match("^`[%w%.\"]+`$") then
+                problems[#problems + 1] = string.format("%s: default %s, the code has none", name, default)
+            end
+        end
+        table.sort(problems)
+        assert.same({}, problems)
     end)
 
     it("document every field of a server table and of a tls table once", function()

@@ -865,8 +865,9 @@ end
 
 --- Renews `lock` from nginx timers: a token-checked extend every `every`
 -- ms (default a third of the lock's ttl), until the lock is released or
--- lost, or `max_hold` ms (default 60000) have passed since renewal began;
--- after that the lock expires on its own. Timers may always yield, so the
+-- lost, or, when opts.max_hold is given, max_hold ms have passed since
+-- renewal began (then the lock expires on its own); without it, while the
+-- worker lives, as redlock.hold's renewal. Timers may always yield, so the
 -- extends go over cosockets, each on a pooled connection of its own, even
 -- for a lock taken where nginx had none. A chain of ngx.timer.at rather
 -- than ngx.timer.every, which cannot be stopped: each renewal ends with its
@@ -881,7 +882,7 @@ end
 function _M.renew(lock, opts)
     opts = opts or {}
     local every = opts.every or max(1, floor(lock.ttl / 3))
-    local deadline = now() + (opts.max_hold or 60000)
+    local deadline = opts.max_hold and now() + opts.max_hold or math.huge
     local handle = { active = true }
     function handle.stop() handle.active = false end
     local tick

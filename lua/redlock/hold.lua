@@ -23,8 +23,11 @@ local _M = {}
 local WEAK_V = { __mode = "v" }
 local WEAK_KV = { __mode = "kv" }
 
---- Default bound on renewal: 10 minutes after the acquire.
-_M.MAX_HOLD = 600000
+-- Renewal has no bound unless opts.max_hold sets one: a lock is renewed
+-- while its holder lives and holds it (as the command renews while CMD
+-- runs, and the nginx timers of redlock.cosocket.renew). The renewal
+-- thread's hold_until is then 2^53 ms, the largest it takes.
+local NO_BOUND = 2 ^ 53
 local REDLOCK_TIMEOUT = 50
 
 checks.owner = function(fname, name, v)
@@ -39,7 +42,6 @@ options.CALL.on_lost = checks.callable
 options.CALL.reentrant = checks.boolean
 options.CALL.owner = checks.owner
 options.CALL.on_event = checks.callable
-options.DEFAULTS.max_hold = _M.MAX_HOLD
 options.DEFAULTS.reentrant = false
 
 --- Runs lock's on_lost once, the first time the library learns of the loss.
@@ -182,6 +184,7 @@ local function renewing_legacy(lock)
 end
 
 local function start_renewal(lock, max_hold, t0)
+    local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
     if lock.ttl < 3 or not renewable(client) then return end
     local r, m = renewer(client), modes(client)
@@ -190,10 +193,10 @@ local function start_renewal(lock, max_hold, t0)
     local rep = lock.rep
     local h, id
     if rep then
-        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
             floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
     else
-        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
             floor(n / 2) + 1, client.drift_factor, nil, nil, nil, m)
     end
     lock.renewal, lock.renewal_id = h, id
