@@ -1,7 +1,8 @@
 -- The documents (README.md and docs/*.md) against the code: every option,
 -- server field, tls field, error code and command option documented exactly
 -- once and present in the code; every code block run here (```lua: a
--- complete program, against a throwaway redis-server), run by another spec
+-- complete program, ```sh: a shell script with `redlock`, against a
+-- throwaway redis-server), run by another spec
 -- (```x tested-by=spec/NN_spec.lua) or marked as a fragment (```x fragment);
 -- no indented code blocks; every link between the documents resolves. The
 -- rules are in docs/README.md ("Code blocks in these pages").
@@ -291,11 +292,11 @@ describe("the documents", function()
                     if not (spec_text and spec_text:find(doc.file, 1, true)) then
                         problems[#problems + 1] = at .. ": " .. by .. " does not read " .. doc.file
                     end
-                elseif lang == "lua" and rest == "" then
+                elseif (lang == "lua" or lang == "sh") and rest == "" then
                     n = n + 1
                 else
                     problems[#problems + 1] = at .. ": ```" .. block.info
-                        .. ": neither lua (run), 'fragment' nor 'tested-by=FILE'"
+                        .. ": neither lua or sh (run), 'fragment' nor 'tested-by=FILE'"
                 end
             end
         end
@@ -354,9 +355,29 @@ describe("the documents", function()
         setup(function() server = helper.start_server() end)
         teardown(function() helper.stop_all() end)
 
+        -- a ```sh block: a shell script whose `redlock` is bin/redlock under
+        -- the suite's Lua and build, REDLOCK_SERVERS the throwaway server
+        local lua = os.getenv("REDLOCK_LUA") or "lua5.4"
+        local build = os.getenv("REDLOCK_BUILD") or "build"
+        local repo = helper.read_cmd("pwd"):gsub("%s+$", "")
+
         for _, doc in ipairs(DOCS) do
             for _, block in ipairs(doc.blocks) do
-                if block.info == "lua" then
+                if block.info == "sh" then
+                    it(where(doc, block.line) .. " runs and exits 0", function()
+                        local dir = helper.fresh_dir("docblock")
+                        local path = dir .. "/block.sh"
+                        local f = assert(io.open(path, "wb"))
+                        f:write(string.format("set -eu\nexport REDLOCK_SERVERS=%s REDLOCK_BUILD=%s\n"
+                            .. "redlock() { %s %s/bin/redlock \"$@\"; }\n",
+                            helper.quote(server:url()), helper.quote(build), lua, helper.quote(repo)))
+                        f:write((block.text:gsub("redis://127%.0%.0%.1:6379", server:url())))
+                        f:close()
+                        local out = helper.read_cmd("cd " .. helper.quote(dir) .. " && sh " .. path
+                            .. " 2>&1; echo \"exit=$?\"")
+                        assert.matches("exit=0%s*$", out)
+                    end)
+                elseif block.info == "lua" then
                     it(where(doc, block.line) .. " runs and exits 0", function()
                         local dir = helper.fresh_dir("docblock")
                         local path = dir .. "/block.lua"
