@@ -92,9 +92,9 @@ fuzz-build: $(BUILD)/fuzz/reply_fuzz $(BUILD)/fuzz/url_fuzz
 $(BUILD)/fuzz/reply_fuzz: fuzz/reply_fuzz.c csrc/reply.c csrc/reply.h csrc/compat.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -o $@ fuzz/reply_fuzz.c csrc/reply.c $(LUA_LIB) $(HIREDIS_LIBS)
-$(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h
+$(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h csrc/defaults.c csrc/defaults.h
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c $(LUA_LIB)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c csrc/defaults.c $(LUA_LIB)
 fuzz: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh $(FUZZ_SECONDS)
 test-fuzz-smoke: deps fuzz-build

@@ -53,9 +53,11 @@ build = {
       ["redlock.util"] = "lua/redlock/util.lua",
       ["redlock.core"] = {
          sources = {
+            "csrc/clock.c",
             "csrc/cluster.c",
             "csrc/conn.c",
             "csrc/core.c",
+            "csrc/defaults.c",
             "csrc/fanout.c",
             "csrc/proc.c",
             "csrc/proto.c",

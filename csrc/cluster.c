@@ -14,7 +14,9 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
 #include "conn.h"
+#include "defaults.h"
 #include "slot.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
@@ -22,22 +24,6 @@
  * before each further one (nodes that disagree while a slot changes hands
  * send it back and forth), until the conn's timeout. */
 #define QUICK_TRIES 3
-
-double redlock_mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-void redlock_pause_ms(double ms) {
-    struct timespec req, rem;
-    if (ms <= 0)
-        return;
-    req.tv_sec = (time_t)(ms / 1000);
-    req.tv_nsec = (long)((ms - (double)req.tv_sec * 1000) * 1e6);
-    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
-        req = rem;
-}
 
 int redlock_cluster_backoff(double *pause, double deadline) {
     if (redlock_mono_ms() + *pause > deadline)
@@ -316,7 +302,7 @@ int redlock_cluster_round_trip(redlock_conn *u, int argc, const char **argv,
                                const size_t *argvlen, redisReply **out, int *stale) {
     redlock_cluster *c = u->cluster;
     int slot = command_slot(argc, argv, argvlen), tries = 0, reloaded = 0, resent = 0;
-    double deadline = redlock_mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : 1000), pause = 5;
+    double deadline = redlock_mono_ms() + (u->timeout_ms > 0 ? u->timeout_ms : REDLOCK_DEFAULT_TIMEOUT), pause = 5;
     *out = NULL;
     *stale = 0;
     for (;;) {

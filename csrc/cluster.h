@@ -59,12 +59,6 @@ int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t l
  * callback its socket, if u has one. */
 void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
 
-/* ms on CLOCK_MONOTONIC (core.now()'s clock), for deadlines in C. */
-double redlock_mono_ms(void);
-
-/* Sleeps ms, the whole time even when signals interrupt it. */
-void redlock_pause_ms(double ms);
-
 /* Waits *pause ms before a retry and doubles it (up to 40 ms): 0, or -1
  * without waiting when the pause would pass the deadline (CLOCK_MONOTONIC
  * ms). */

@@ -26,6 +26,8 @@
 #include <hiredis/sds.h>
 #include <openssl/ssl.h>
 
+#include "clock.h"
+#include "defaults.h"
 #include "proto.h"
 #include "resp.h"
 #include "reply.h"
@@ -495,7 +497,7 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
         /* the node of the key's slot; a redirection (both replies read)
          * is followed, a few times, waiting a little from the third on */
         int tries, asking = 0;
-        double pause = 5, deadline = redlock_mono_ms() + (base > 0 ? base : 1000);
+        double pause = 5, deadline = redlock_mono_ms() + (base > 0 ? base : REDLOCK_DEFAULT_TIMEOUT);
         for (tries = 0; tries < 8; tries++) {
             if (tries >= 2 && redlock_cluster_backoff(&pause, deadline) != 0)
                 break;
@@ -826,8 +828,9 @@ static int sentinel_node(lua_State *L, conn_ud *node, int cto, int to) {
  * not cost the whole connect timeout when others can answer. */
 static int opt_sentinels(lua_State *L, conn_ud *u) {
     const char *master = opt_string(L, 1, "master_name", 1);
-    int n, i, cto = u->connect_timeout_ms < 500 ? u->connect_timeout_ms : 500;
-    int to = u->timeout_ms > 0 && u->timeout_ms < 500 ? u->timeout_ms : 500;
+    int n, i, cap = REDLOCK_DEFAULT_SENTINEL_CAP;
+    int cto = u->connect_timeout_ms < cap ? u->connect_timeout_ms : cap;
+    int to = u->timeout_ms > 0 && u->timeout_ms < cap ? u->timeout_ms : cap;
     redlock_sentinels *s;
     lua_getfield(L, 1, "sentinels");
     n = lua_istable(L, -1) ? (int)lua_rawlen(L, -1) : 0;
@@ -836,7 +839,7 @@ static int opt_sentinels(lua_State *L, conn_ud *u) {
     s = u->sentinels = calloc(1, sizeof *u->sentinels);
     if (s == NULL)
         return luaL_error(L, "out of memory");
-    s->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
+    s->check_ms = opt_int(L, 1, "sentinel_check", REDLOCK_DEFAULT_SENTINEL_CHECK, 1, 86400000);
     s->master_name = dup_or_null(L, master);
     s->nodes = calloc((size_t)n, sizeof(redlock_conn *));
     if (s->nodes == NULL)
@@ -936,8 +939,8 @@ static int conn_new(lua_State *L) {
     password = opt_string(L, 1, "password", 0);
     port = opt_int(L, 1, "port", 6379, 1, 65535);
     db = opt_int(L, 1, "db", 0, 0, 1 << 20);
-    cto = opt_int(L, 1, "connect_timeout", 1000, 1, 86400000);
-    to = opt_int(L, 1, "timeout", 1000, 0, 86400000);
+    cto = opt_int(L, 1, "connect_timeout", REDLOCK_DEFAULT_CONNECT_TIMEOUT, 1, 86400000);
+    to = opt_int(L, 1, "timeout", REDLOCK_DEFAULT_TIMEOUT, 0, 86400000);
     if (username != NULL && password == NULL)
         return luaL_error(L, "bad option 'username' to 'conn' (needs a password)");
     has_tls = opt_tls(L, 1, "tls", &tls);

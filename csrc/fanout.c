@@ -49,6 +49,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "proto.h"
 #include "resp.h"
@@ -114,12 +115,6 @@ static int encode_eval(batch *b) {
         return -1;
     b->alt = alt;
     return 0;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* Ends a slot with a failure; the message goes to the conn's err buffer,
@@ -499,7 +494,7 @@ static void time_out(slot *s) {
 static int is_tls(const slot *s) { return s->u != NULL && s->u->tls != NULL; }
 
 static void run(batch *b, struct pollfd *pfds, int *which) {
-    double t0 = now_ms();
+    double t0 = redlock_mono_ms();
     int i;
     for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
@@ -514,7 +509,7 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
     }
     for (;;) {
         int k = 0, r, j;
-        double t = now_ms(), left = -1;
+        double t = redlock_mono_ms(), left = -1;
         for (i = 0; i < b->n; i++) {
             slot *s = &b->slots[i];
             double mine;

@@ -63,7 +63,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "conn.h"
+#include "defaults.h"
 #include "fanout.h"
 #include "scripts.h"
 #include "token.h"
@@ -149,11 +151,6 @@ static void count_threads(int delta) {
     pthread_mutex_unlock(&count_mu);
 }
 
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void wait_until(renewer *r, double when_ms) {
     struct timespec ts;
@@ -476,12 +473,6 @@ static void command_quiet(renewer *r, int i, const char *name) {
         freeReplyObject(rep);
 }
 
-static double wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Whether a legacy value ("<expiry ms>:<token>") is e's token and not past
  * its own expiry (lua/redlock/legacy.lua's rule: past it, the lock is not
  * ours to touch). */
@@ -534,13 +525,13 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     len[0] = 3;
     if (command_on(r, i, 2, argv, len, &rep, err) != 0)
         return -1;
-    ours = legacy_ours(rep, e, wall_ms());
+    ours = legacy_ours(rep, e, redlock_wall_ms());
     freeReplyObject(rep);
     if (!ours) {
         command_quiet(r, i, "UNWATCH");
         return 0;
     }
-    snprintf(value, sizeof value, "%.0f:%.*s", floor(wall_ms()) + ext, (int)e->toklen, e->token);
+    snprintf(value, sizeof value, "%.0f:%.*s", floor(redlock_wall_ms()) + ext, (int)e->toklen, e->token);
     argv[0] = "MULTI";
     len[0] = 5;
     if (command_on(r, i, 1, argv, len, &rep, err) != 0)
@@ -688,7 +679,7 @@ static void renew_one(renewer *r, entry *e, double now) {
     pthread_mutex_unlock(&r->mu);
 
     recheck_all(r, e->interval / 2);
-    t0 = mono_ms();
+    t0 = redlock_mono_ms();
     if (n >= 2 && r->timeout_ms > 0 && !e->any_legacy) {
         extend_all(r, e, ttl, &yes, &no, err);
     } else {
@@ -704,7 +695,7 @@ static void renew_one(renewer *r, entry *e, double now) {
             pthread_mutex_unlock(&r->mu);
         }
     }
-    t1 = mono_ms();
+    t1 = redlock_mono_ms();
 
     pthread_mutex_lock(&r->mu);
     r->busy = NULL;
@@ -750,7 +741,7 @@ static void *renew_main(void *arg) {
             pthread_cond_wait(&r->cv, &r->mu);
             continue;
         }
-        now = mono_ms();
+        now = redlock_mono_ms();
         if (when > now) {
             r->wake_at = when;
             wait_until(r, when);
@@ -1023,7 +1014,7 @@ static int renewer_add(lua_State *L) {
     lua_Number hold = check_ms(L, 6, -1e300);
     lua_Integer quorum = luaL_checkinteger(L, 7);
     lua_Number drift = luaL_checknumber(L, 8);
-    lua_Integer replicas = luaL_optinteger(L, 9, 0), wait_ms = luaL_optinteger(L, 10, 1000);
+    lua_Integer replicas = luaL_optinteger(L, 9, 0), wait_ms = luaL_optinteger(L, 10, REDLOCK_DEFAULT_REPLICA_TIMEOUT);
     int aof = lua_toboolean(L, 11), rc = 0, i;
     luaL_argcheck(L, drift >= 0 && drift < 1, 8, "out of range");
     luaL_argcheck(L, replicas >= 0 && replicas <= 1000000, 9, "out of range");
@@ -1056,7 +1047,7 @@ static int renewer_add(lua_State *L) {
     e->wait.replicas = (int)replicas;
     e->wait.timeout_ms = (int)wait_ms;
     e->wait.aof = aof;
-    e->next_due = mono_ms() + e->interval;
+    e->next_due = redlock_mono_ms() + e->interval;
     /* legacy flags of this lock (the server's mode when it was taken: mode
      * "auto" may change it later), else the renewer's */
     for (i = 0; i < r->nservers; i++) {
@@ -1258,7 +1249,7 @@ static int renewal_update(lua_State *L) {
         e->ttl = ttl;
         e->interval = ttl / 3;
         e->expires = expires;
-        e->next_due = mono_ms() + e->interval;
+        e->next_due = redlock_mono_ms() + e->interval;
         e->gen++;
         wake_for(r, e->next_due < e->expires ? e->next_due : e->expires);
     }

@@ -13,6 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "conn.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN

@@ -20,6 +20,7 @@ local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
 local now = core.now
+local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, ipairs, pcall =
     setmetatable, select, type, error, tostring, ipairs, pcall
 local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
@@ -683,15 +684,16 @@ function _M.new(spec, mode, o)
         host = host,
         port = spec.port or 6379,
         path = spec.path and ("unix:" .. spec.path),
-        connect_timeout = spec.connect_timeout or o.connect_timeout or 1000,
+        connect_timeout = spec.connect_timeout or o.connect_timeout or DEFAULTS.connect_timeout,
         -- 0 is "no timeout" for hiredis; cosockets want a number of ms
-        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or 1000,
-        keepalive_timeout = o.keepalive_timeout or 60000,
-        pool_size = o.pool_size or 32,
+        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or DEFAULTS.timeout,
+        keepalive_timeout = o.keepalive_timeout or DEFAULTS.keepalive_timeout,
+        pool_size = o.pool_size or DEFAULTS.pool_size,
         readers = {},
         -- Sentinel: where the master is (redlock.ngx_sentinel), or nil
-        sentinel = ngx_sentinel.new(spec, spec.connect_timeout or o.connect_timeout or 1000,
-            spec.timeout or o.timeout or 1000),
+        sentinel = ngx_sentinel.new(spec,
+            spec.connect_timeout or o.connect_timeout or DEFAULTS.connect_timeout,
+            spec.timeout or o.timeout or DEFAULTS.timeout),
         -- Cluster: this worker's slot map for its seeds (redlock.ngx_cluster),
         -- the pool and the names for each node; or nil
         cluster = ngx_cluster.new(spec),

@@ -25,7 +25,8 @@ local io
 function _M.init(primitives) io = primitives end
 
 local DICT = "redlock_sentinel"
-local TIMEOUT_CAP = 500 -- ms: a dead sentinel must not cost a whole connect timeout
+-- ms: a dead sentinel must not cost a whole connect timeout (csrc/defaults.h)
+local TIMEOUT_CAP = core.defaults.sentinel_cap
 
 --- The Sentinel state of a cosocket server made from spec (nil when spec
 -- has no sentinels). connect_timeout, timeout: the server's.
@@ -47,7 +48,7 @@ function _M.new(spec, connect_timeout, timeout)
     return {
         nodes = nodes,
         master_name = spec.master_name,
-        check_ms = spec.sentinel_check or 1000,
+        check_ms = spec.sentinel_check or core.defaults.sentinel_check,
         -- (0 would be lua_socket_*_timeout for a cosocket: 60 s by default)
         connect_timeout = connect_timeout > 0 and min(connect_timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
         timeout = timeout > 0 and min(timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
@@ -89,7 +90,7 @@ local function ask(st, node)
         sock:close()
         return nil, format("connection: %s: %s", node.name, tostring(v))
     end
-    sock:setkeepalive(60000, 4)
+    sock:setkeepalive(core.defaults.keepalive_timeout, 4)
     if v == core.null then return false end
     if type(v) == "table" and type(v[1]) == "string" and tonumber(v[2]) then
         return v[1], tonumber(v[2])

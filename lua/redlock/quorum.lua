@@ -37,7 +37,7 @@ function _M.quorum(n) return floor(n / 2) + 1 end
 -- ttl/200 kept within 10..50 (the Redis documentation suggests 5-50 ms for
 -- a 10 s ttl; below 10 ms a busy host misses it too often).
 function _M.server_timeout(client, ttl)
-    return client.opts.server_timeout or min(50, max(10, floor(ttl / 200)))
+    return client.opts.server_timeout or min(core.defaults.server_timeout, max(10, floor(ttl / 200)))
 end
 
 --- Raises unless the servers are distinct: two entries for one Redis
