@@ -22,7 +22,8 @@ CORE        := $(BUILD)/redlock/core.so
 	bench bench-deps bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
 all: build
-build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
+build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
+	$(BUILD)/tests/topo_test
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
@@ -37,6 +38,13 @@ $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
 $(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/resp.c csrc/resp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ spec/c/encode_bound.c csrc/resp.c $(LDFLAGS)
+
+# A C program for spec/01: the topology core fed replies, no sockets.
+LUA_LIBS    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_PC))
+TOPO_SRCS   := csrc/topo.c csrc/slot.c
+$(BUILD)/tests/topo_test: spec/c/topo_test.c $(TOPO_SRCS) csrc/topo.h csrc/slot.h csrc/defaults.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(LUA_CFLAGS) -Icsrc -o $@ spec/c/topo_test.c $(TOPO_SRCS) $(HIREDIS_LIBS) $(LUA_LIBS) $(LDFLAGS)
 
 # A Lua module for spec/04: fork() a process that has used a client.
 $(BUILD)/tests/forktest.so: spec/c/forktest.c Makefile

@@ -269,17 +269,16 @@ void redlock_conn_before_use(redlock_conn *u) {
         redlock_sentinel_recheck(u, u->sentinels->check_ms);
 }
 
-/* One round trip. On failure u->err holds the message, the context is
- * dropped (the next call reconnects), and *stale says whether a retry on a
- * fresh connection is sensible. */
-static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
-                      redisReply **out, int *stale) {
+/* One round trip on a plain or Sentinel conn, no topology rule. On
+ * failure u->err holds the message, the context is dropped (the next call
+ * reconnects), and *stale says whether a retry on a fresh connection is
+ * sensible. */
+static int trip_one(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                    redisReply **out, int *stale) {
     int reused, saved, timed_out;
     void *reply = NULL;
     char stack[512], *cmd = NULL; /* a lock's commands fit in stack */
     long len;
-    if (u->cluster != NULL)
-        return redlock_cluster_round_trip(u, argc, argv, argvlen, out, stale);
     *out = NULL;
     *stale = 0;
     redlock_conn_before_use(u);
@@ -308,13 +307,6 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
         return E_CONNECTION;
     }
     *out = (redisReply *)reply;
-    if (u->sentinels != NULL && (*out)->type == REDIS_REPLY_ERROR &&
-        redlock_sentinel_demoted(u, (*out)->str, (*out)->len)) {
-        freeReplyObject(*out);
-        *out = NULL;
-        *stale = 1;
-        return E_CONNECTION;
-    }
     return OK;
 }
 
@@ -374,6 +366,9 @@ int redlock_conn_ensure(redlock_conn *u) {
     return u->ctx != NULL ? OK : conn_connect(u);
 }
 
+static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                      redisReply **out, int *stale);
+
 int redlock_conn_round_trip(redlock_conn *u, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale) {
     return round_trip(u, argc, argv, argvlen, out, stale);
@@ -423,13 +418,9 @@ static int conn_command(lua_State *L) {
     return push_outcome(L, u, rc, stale, r, 0);
 }
 
-static int is_noscript(const redisReply *r) {
-    return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
- * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL,
- * which also loads it again for the next EVALSHA. spread: see
+ * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL
+ * (csrc/topo.c's rule), which also loads it again for the next EVALSHA. spread: see
  * conn_eval_values. */
 static int eval(lua_State *L, int spread) {
     conn_ud *u = check_conn(L);
@@ -437,9 +428,8 @@ static int eval(lua_State *L, int spread) {
     int nkeys = (int)luaL_checkinteger(L, 3), top = lua_gettop(L), argc, rc, stale;
     char nkeys_s[16];
     redlock_argv a;
-    const char **argv;
-    size_t *argvlen;
-    redisReply *r = NULL;
+    redlock_cmd cmd;
+    redisReply *r = NULL, *none = NULL;
     if (s == NULL)
         return luaL_argerror(L, 2, "unknown script");
     if (nkeys < 0 || nkeys > top - 3)
@@ -449,26 +439,15 @@ static int eval(lua_State *L, int spread) {
         return push_closed(L);
     if (redlock_argv_init(L, 4, argc, 3, &a) != 0)
         return luaL_error(L, "out of memory");
-    argv = a.v;
-    argvlen = a.len;
-    argc++; /* numkeys, formatted here rather than as a Lua string per call */
+    /* numkeys, formatted here rather than as a Lua string per call */
     *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = s->sha;
-    argvlen[1] = 40;
-    argv[2] = nkeys_s;
-    argvlen[2] = strlen(nkeys_s);
-    rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
-    if (rc == OK && is_noscript(r)) {
-        freeReplyObject(r);
-        r = NULL;
-        argv[0] = "EVAL";
-        argvlen[0] = 4;
-        argv[1] = s->source;
-        argvlen[1] = strlen(s->source);
-        rc = round_trip(u, argc + 2, argv, argvlen, &r, &stale);
-    }
+    a.v[2] = nkeys_s;
+    a.len[2] = strlen(nkeys_s);
+    cmd.argc = argc + 3;
+    cmd.argv = a.v;
+    cmd.argvlen = a.len;
+    redlock_cmd_evalsha(&cmd, s->sha, s->source);
+    rc = redlock_conn_exchange(u, &cmd, NULL, &r, &none, &stale);
     redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r, spread);
 }
@@ -485,51 +464,14 @@ static int conn_eval_values(lua_State *L) { return eval(L, 1); }
  * this call only: WAIT answers after at most w->timeout_ms. *r1 is the
  * script's reply, *r2 WAIT's; on failure (rc != OK) either may be NULL,
  * and *r1 != NULL means the script ran and only WAIT's answer is missing. */
-static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
-                           const redlock_wait *w, redisReply **r1, redisReply **r2, int *stale) {
+static int trip_wait_one(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                         const redlock_wait *w, redisReply **r1, redisReply **r2, int *stale) {
     int reused, rc = OK, base = u->timeout_ms;
     void *reply = NULL;
     char stack[512], wbuf[REDLOCK_WAIT_BUF], *cmd = NULL;
     long len, wlen;
     *r1 = *r2 = NULL;
     *stale = 0;
-    if (u->cluster != NULL) {
-        /* the node of the key's slot; a redirection (both replies read)
-         * is followed, a few times, waiting a little from the third on */
-        int tries, asking = 0;
-        double pause = 5, deadline = redlock_mono_ms() + (base > 0 ? base : REDLOCK_DEFAULT_TIMEOUT);
-        for (tries = 0; tries < 8; tries++) {
-            if (tries >= 2 && redlock_cluster_backoff(&pause, deadline) != 0)
-                break;
-            conn_ud *node = redlock_cluster_route(u, argc, argv, argvlen, &rc, &asking);
-            if (node == NULL)
-                return rc;
-            if (asking) { /* ASKING on the connection the script goes on next */
-                const char *ask[1] = {"ASKING"};
-                redisReply *ok = NULL;
-                rc = round_trip(node, 1, ask, NULL, &ok, stale);
-                if (rc != OK) {
-                    memcpy(u->err, node->err, ERRLEN);
-                    return rc;
-                }
-                freeReplyObject(ok);
-            }
-            redlock_cluster_track(u, node);
-            rc = round_trip_wait(node, argc, argv, argvlen, w, r1, r2, stale);
-            if (rc != OK) {
-                memcpy(u->err, node->err, ERRLEN);
-                return rc;
-            }
-            if (*r1 == NULL || (*r1)->type != REDIS_REPLY_ERROR ||
-                !redlock_cluster_redirected(u, (*r1)->str, (*r1)->len))
-                return OK;
-            freeReplyObject(*r1);
-            if (*r2 != NULL)
-                freeReplyObject(*r2);
-            *r1 = *r2 = NULL;
-        }
-        return E_CONNECTION; /* u->err: the last redirection */
-    }
     wlen = redlock_wait_encode(w, wbuf, sizeof wbuf);
     redlock_conn_before_use(u);
     reused = u->ctx != NULL;
@@ -575,21 +517,65 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
         }
     }
     u->timeout_ms = base;
-    if (rc == OK && u->sentinels != NULL && (*r1)->type == REDIS_REPLY_ERROR &&
-        redlock_sentinel_demoted(u, (*r1)->str, (*r1)->len)) {
-        /* a master turned replica refused the script (the connection is
-         * dropped, WAIT's reply with it): nothing was written, retry */
-        freeReplyObject(*r1);
-        if (*r2 != NULL)
-            freeReplyObject(*r2);
-        *r1 = *r2 = NULL;
-        *stale = 1;
-        return E_CONNECTION;
-    }
     /* (a failed restore: the next call reconnects with the usual timeout) */
     if (rc != OK || (base > 0 && redisSetTimeout(u->ctx, ms_to_tv(base)) != REDIS_OK))
         free_ctx(u);
     return rc;
+}
+
+int redlock_conn_trip(redlock_conn *u, redlock_cmd *cmd, const redlock_wait *w, redisReply **r1,
+                      redisReply **r2, int *stale) {
+    if (w != NULL)
+        return trip_wait_one(u, cmd->argc, cmd->argv, cmd->argvlen, w, r1, r2, stale);
+    *r2 = NULL;
+    return trip_one(u, cmd->argc, cmd->argv, cmd->argvlen, r1, stale);
+}
+
+int redlock_conn_exchange(redlock_conn *u, redlock_cmd *cmd, const redlock_wait *w,
+                          redisReply **r1, redisReply **r2, int *stale) {
+    redlock_attempt a;
+    if (u->cluster != NULL) {
+        *stale = 0;
+        return redlock_cluster_exchange(u, cmd, w, r1, r2);
+    }
+    redlock_attempt_start(&a, -1, 0, 0);
+    for (;;) {
+        int v, rc = redlock_conn_trip(u, cmd, w, r1, r2, stale);
+        if (*r1 == NULL || (*r1)->type != REDIS_REPLY_ERROR)
+            return rc;
+        v = redlock_server_reply(&a, u->name, cmd->source != NULL, u->sentinels != NULL,
+                                 (*r1)->str, (*r1)->len);
+        if (v == REDLOCK_DONE)
+            return rc;
+        freeReplyObject(*r1);
+        if (*r2 != NULL)
+            freeReplyObject(*r2);
+        *r1 = *r2 = NULL;
+        *stale = 0;
+        if (v == REDLOCK_EVAL) {
+            redlock_cmd_use_eval(cmd);
+            continue;
+        }
+        /* the master became a replica: the next try asks the sentinels */
+        redlock_conn_drop(u);
+        u->sentinels->checked_ms = 0;
+        if (v != REDLOCK_RELOAD) {
+            snprintf(u->err, ERRLEN, "%s", a.err);
+            return E_CONNECTION;
+        }
+    }
+}
+
+/* A command without a script: as redlock_conn_exchange. */
+static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *argvlen,
+                      redisReply **out, int *stale) {
+    redlock_cmd cmd;
+    redisReply *none = NULL;
+    cmd.argc = argc;
+    cmd.argv = argv;
+    cmd.argvlen = (size_t *)argvlen; /* (written only for a script's EVAL form) */
+    cmd.source = NULL;
+    return redlock_conn_exchange(u, &cmd, NULL, out, &none, stale);
 }
 
 /* conn:eval_wait(name, replicas, replica_timeout, aof, numkeys, key..., arg...):
@@ -603,12 +589,6 @@ static int round_trip_wait(conn_ud *u, int argc, const char **argv, const size_t
  *                                  did not: msg starts with the code word,
  *                                  "server" (Redis' error) or "connection"
  * NOSCRIPT: EVAL and WAIT once more, on the same connection. */
-int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
-                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
-                                 redisReply **wout, int *stale) {
-    return round_trip_wait(c, argc, argv, argvlen, w, out, wout, stale);
-}
-
 static int conn_eval_wait(lua_State *L) {
     conn_ud *u = check_conn(L);
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
@@ -619,6 +599,7 @@ static int conn_eval_wait(lua_State *L) {
     char nkeys_s[16];
     redlock_argv a;
     redlock_wait w;
+    redlock_cmd cmd;
     redisReply *r1 = NULL, *r2 = NULL;
     if (s == NULL)
         return luaL_argerror(L, 2, "unknown script");
@@ -635,24 +616,13 @@ static int conn_eval_wait(lua_State *L) {
     if (redlock_argv_init(L, 7, argc, 3, &a) != 0)
         return luaL_error(L, "out of memory");
     *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
-    a.v[0] = "EVALSHA";
-    a.len[0] = 7;
-    a.v[1] = s->sha;
-    a.len[1] = 40;
     a.v[2] = nkeys_s;
     a.len[2] = strlen(nkeys_s);
-    rc = round_trip_wait(u, argc + 3, a.v, a.len, &w, &r1, &r2, &stale);
-    if (r1 != NULL && is_noscript(r1)) {
-        freeReplyObject(r1);
-        if (r2 != NULL)
-            freeReplyObject(r2);
-        a.v[0] = "EVAL";
-        a.len[0] = 4;
-        a.v[1] = s->source;
-        a.len[1] = strlen(s->source);
-        rc = round_trip_wait(u, argc + 3, a.v, a.len, &w, &r1, &r2, &stale);
-        stale = 0;
-    }
+    cmd.argc = argc + 3;
+    cmd.argv = a.v;
+    cmd.argvlen = a.len;
+    redlock_cmd_evalsha(&cmd, s->sha, s->source);
+    rc = redlock_conn_exchange(u, &cmd, &w, &r1, &r2, &stale);
     redlock_argv_free(&a);
     if (r1 == NULL)
         return push_failure(L, u, rc, stale);
@@ -870,20 +840,19 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
     n = lua_istable(L, -1) ? (int)lua_rawlen(L, -1) : 0;
     if (n < 1 || n > 64)
         return luaL_error(L, "bad option 'cluster' to 'conn' (1 to 64 tables expected)");
-    u->cluster = calloc(1, sizeof *u->cluster);
+    u->cluster = redlock_cluster_new();
     if (u->cluster == NULL)
         return luaL_error(L, "out of memory");
-    u->cluster->ask_slot = u->cluster->ask_node = -1;
-    u->cluster->moved_slot = u->cluster->moved_node = -1;
     for (i = 1; i <= n; i++) {
         conn_ud *node;
         const char *host;
-        int t;
+        int t, port;
         lua_rawgeti(L, -1, i);
         if (!lua_istable(L, -1))
             return luaL_error(L, "bad option 'cluster' to 'conn' (table expected at %d)", i);
         t = lua_gettop(L);
         host = opt_string(L, t, "host", 1);
+        port = opt_int(L, t, "port", 6379, 1, 65535);
         node = calloc(1, sizeof *node);
         if (node != NULL) {
             /* a node is a plain conn with u's settings: not a Cluster */
@@ -898,18 +867,20 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
                 node = NULL;
             }
         }
-        if (node == NULL || redlock_cluster_add(u->cluster, node) != 0) {
+        if (node != NULL) {
+            free(node->host);
+            node->host = strdup(host);
+            node->port = port;
+            snprintf(node->name, sizeof node->name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+                     node->port);
+        }
+        if (node == NULL || node->host == NULL || redlock_cluster_add(u->cluster, node) != 0) {
             if (node != NULL) {
                 conn_destroy(node);
                 free(node);
             }
             return luaL_error(L, "out of memory");
         }
-        free(node->host);
-        node->host = dup_or_null(L, host);
-        node->port = opt_int(L, t, "port", 6379, 1, 65535);
-        snprintf(node->name, sizeof node->name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
-                 node->port);
         if (i == 1)
             snprintf(u->name, sizeof u->name, "cluster:%.110s", node->name);
         lua_pop(L, 1);

@@ -59,13 +59,18 @@ void redlock_conn_free(redlock_conn *c);
 int redlock_conn_ensure(redlock_conn *c); /* connects unless connected */
 int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale);
-/* The command and WAIT (w) in one write, both replies read: *out is the
- * command's reply, *wout WAIT's (error replies included; the caller frees
- * both). On failure (not 0) *out may still be set: the command answered
- * and WAIT's reply did not come. */
-int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
-                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
-                                 redisReply **wout, int *stale);
+/* One command (and WAIT w after it in the same write, unless NULL) as the
+ * topology core says (csrc/topo.h): NOSCRIPT answered with EVAL, a Sentinel
+ * master turned replica left for the new one, a Cluster's redirections
+ * followed. *r1: the command's reply, *r2: WAIT's (error replies included;
+ * the caller frees both). On failure (not 0) *r1 may still be set: the
+ * command answered and WAIT's reply did not come. *stale: as conn:command's. */
+int redlock_conn_exchange(redlock_conn *c, redlock_cmd *cmd, const redlock_wait *w,
+                          redisReply **r1, redisReply **r2, int *stale);
+/* One round trip of cmd (and w) on a plain or Sentinel conn, no rule: for
+ * the drivers of the topology core (csrc/cluster.c). */
+int redlock_conn_trip(redlock_conn *c, redlock_cmd *cmd, const redlock_wait *w, redisReply **r1,
+                      redisReply **r2, int *stale);
 
 /* Connects to host/port (or path) as they are now, with the handshake, AUTH
  * and SELECT: what a connect is without Sentinel (csrc/sentinel.c). */

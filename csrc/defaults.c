@@ -1,6 +1,8 @@
 /* core.defaults: csrc/defaults.h's values for the Lua side. */
 #include "defaults.h"
 
+#include "compat.h"
+
 void redlock_defaults_push(lua_State *L) {
     static const struct {
         const char *name;

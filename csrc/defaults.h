@@ -1,8 +1,6 @@
 #ifndef REDLOCK_DEFAULTS_H
 #define REDLOCK_DEFAULTS_H
 
-#include "compat.h"
-
 /* The defaults of every host and path, defined here once: the C core uses
  * them directly, Lua reads them as core.defaults (lua/redlock/options.lua,
  * the cosocket transport). ms unless said otherwise. */
@@ -16,6 +14,7 @@
 #define REDLOCK_DEFAULT_REPLICA_TIMEOUT 1000 /* WAIT's */
 
 /* Pushes a table of the defaults above (core.defaults). */
-void redlock_defaults_push(lua_State *L);
+struct lua_State;
+void redlock_defaults_push(struct lua_State *L);
 
 #endif

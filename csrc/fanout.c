@@ -19,11 +19,14 @@
  *
  * For conns[i]: values[i] is the reply (as conn:command gives it), or
  * errs[i] and codes[i] ("connection", "server", "closed") say why not;
- * flags[i] is "timeout" when no answer came in time, "stale" when a
- * connection made before this call turned out closed by the server (a retry
- * on a fresh connection is sensible, as conn:command's `stale`), else nil.
- * fanout_eval runs a named script of scripts.h by EVALSHA; a server that
- * answers NOSCRIPT gets one EVAL in the same call, within the same time.
+ * flags[i] is "timeout" when no answer came in time, else nil.
+ * What a reply or a failure means is the topology core's (csrc/topo.h),
+ * followed within the call: a connection made before this call that the
+ * server had closed is sent again once on a new one; a Cluster node's
+ * redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or failure, and a Sentinel
+ * master turned replica, are sent again where and when the core says, within
+ * the server's time; fanout_eval runs a named script of scripts.h by
+ * EVALSHA, and a server that answers NOSCRIPT gets one EVAL.
  *
  * fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name, nkeys, ...)
  *   -> values, errs, codes, flags, acks, fsyncs
@@ -61,7 +64,8 @@
 #define MAX_CONNS 64
 #define READ_CHUNK 16384
 
-enum { S_DONE, S_CONNECTING, S_HANDSHAKE, S_WRITING, S_READING };
+/* S_PAUSED: waiting until resume_at to be sent again (a topology verdict) */
+enum { S_DONE, S_CONNECTING, S_HANDSHAKE, S_WRITING, S_READING, S_PAUSED };
 enum { RC_OK, RC_CONNECTION, RC_SERVER, RC_CLOSED };
 enum { F_NONE, F_TIMEOUT, F_STALE };
 
@@ -71,12 +75,14 @@ static const char *const flag_words[] = {NULL, "timeout", "stale"};
 typedef struct {
     redlock_conn *u;
     redlock_conn *owner; /* the Cluster conn u is a node of, or NULL */
+    redlock_conn *given; /* the caller's conn (owner's, or u) */
+    redlock_attempt att; /* its way through the topology (csrc/topo.h) */
+    double resume_at;    /* S_PAUSED: when to send again */
     int state, rc, flag;
     int reused;    /* the connection was open before this call */
     int got_bytes; /* something was read from it in this call */
     int setup;     /* AUTH/SELECT replies still due before ours */
     int auth_due;  /* the next of them is AUTH's */
-    int evaled;    /* NOSCRIPT was answered with EVAL */
     int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
     int asking;    /* a Cluster node named by ASK: ASKING goes first */
     int want;      /* S_HANDSHAKE: POLLIN or POLLOUT */
@@ -117,8 +123,43 @@ static int encode_eval(batch *b) {
     return 0;
 }
 
+/* Sends s again at `at` (the run loop restarts it): the reply so far is
+ * dropped, and so is the connection when a reply is still due on it. */
+static void resend_at(slot *s, double at, int drop) {
+    if (s->reply != NULL)
+        freeReplyObject(s->reply);
+    s->reply = NULL;
+    if (drop)
+        redlock_conn_drop(s->u);
+    s->state = S_PAUSED;
+    s->resume_at = at;
+}
+
+/* Carries out a verdict of the topology core other than GO, DONE and
+ * EVAL: send again (now, after a pause, or after the state is reloaded:
+ * the restart asks the core where), or give up with its message. */
+static void follow(slot *s, int v, int drop) {
+    double t = redlock_mono_ms();
+    if (v == REDLOCK_RESEND || v == REDLOCK_RELOAD) {
+        resend_at(s, t, drop);
+    } else if (v == REDLOCK_PAUSE) {
+        resend_at(s, t + s->att.wait_ms, drop);
+    } else {
+        s->rc = s->att.code == 2 ? RC_SERVER : RC_CONNECTION;
+        s->flag = F_NONE;
+        s->state = S_DONE;
+        snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->att.err);
+        if (s->owner != NULL)
+            memcpy(s->owner->err, s->u->err, REDLOCK_CONN_ERRLEN);
+        if (drop)
+            redlock_conn_drop(s->u);
+    }
+}
+
 /* Ends a slot with a failure; the message goes to the conn's err buffer,
- * as for conn:command. A connection failure closes the socket. */
+ * as for conn:command. A connection failure closes the socket; one the
+ * server had closed while idle, or a Cluster node that may be gone, is
+ * sent again as the topology core says (csrc/topo.h). */
 static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
     int len;
     va_list ap;
@@ -128,13 +169,16 @@ static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
         /* clang 14's analyzer does not see va_start on this path */
         vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized) */
     va_end(ap);
-    if (s->owner != NULL && rc == RC_CONNECTION) {
-        /* a Cluster node that failed may be gone (a failover): the map is
-         * reloaded on the next use, and a connect that failed sent nothing,
-         * so the caller's one retry may go to the new owner now */
-        s->owner->cluster->loaded = 0;
-        if (flag == F_NONE && s->state == S_CONNECTING)
-            flag = F_STALE;
+    if (rc == RC_CONNECTION && flag != F_TIMEOUT && s->reply == NULL) {
+        /* (a connect that failed sent nothing: as stale, once) */
+        int stale = flag == F_STALE || s->state == S_CONNECTING;
+        int v = s->owner != NULL ? redlock_map_io_failed(s->owner->cluster->map, &s->att, stale,
+                                                         s->u->err, redlock_mono_ms())
+                                 : redlock_stale_verdict(&s->att, stale, s->u->err);
+        if (v != REDLOCK_FAIL) {
+            follow(s, v, 1);
+            return;
+        }
     }
     s->rc = rc;
     s->flag = flag;
@@ -267,10 +311,6 @@ static void do_write(slot *s) {
              strerror(errno));
 }
 
-static int is_noscript(const redisReply *r) {
-    return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /* ASKING, as RESP: sent before a command that follows an ASK redirection. */
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 
@@ -280,6 +320,7 @@ static void take_replies(batch *b, slot *s) {
     while (s->state == S_READING) {
         void *p = NULL;
         redisReply *r;
+        int v;
         if (redisReaderGetReply(c->reader, &p) != REDIS_OK) {
             fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", c->reader->errstr);
             return;
@@ -307,9 +348,16 @@ static void take_replies(batch *b, slot *s) {
             freeReplyObject(r);
             continue;
         }
-        if (b->script != NULL && !s->evaled && is_noscript(r)) {
+        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR)
+            v = s->owner != NULL
+                    ? redlock_map_reply(s->owner->cluster->map, &s->att, b->script != NULL, r->str,
+                                        r->len, redlock_mono_ms())
+                    : redlock_server_reply(&s->att, s->u->name, b->script != NULL,
+                                           s->u->sentinels != NULL, r->str, r->len);
+        else
+            v = REDLOCK_DONE;
+        if (v == REDLOCK_EVAL) {
             freeReplyObject(r);
-            s->evaled = 1;
             s->skip = b->wlen > 0;
             if (s->asking) { /* the EVAL goes to an ASK's node too */
                 if (redisAppendFormattedCommand(c, ASKING, sizeof ASKING - 1) != REDIS_OK) {
@@ -329,25 +377,15 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
-        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->owner != NULL &&
-            redlock_cluster_redirected(s->owner, r->str, r->len)) {
-            /* refused, nothing written: the map is reloaded on the retry */
-            snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->owner->err);
+        if (v != REDLOCK_DONE) {
+            /* refused, nothing written: sent again as the core says (WAIT's
+             * reply, still on its way, goes with the connection; a master
+             * turned replica's too: the sentinels are asked again) */
+            int demoted = s->owner == NULL;
             freeReplyObject(r);
-            if (b->wlen > 0)
-                redlock_conn_drop(s->u); /* WAIT's reply is still on its way */
-            s->rc = RC_CONNECTION;
-            s->flag = F_STALE;
-            s->state = S_DONE;
-            return;
-        }
-        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
-            redlock_sentinel_demoted(s->u, r->str, r->len)) {
-            /* nothing written: as a stale connection, the caller may retry */
-            freeReplyObject(r);
-            s->rc = RC_CONNECTION;
-            s->flag = F_STALE;
-            s->state = S_DONE;
+            if (demoted)
+                s->u->sentinels->checked_ms = 0;
+            follow(s, v, b->wlen > 0 || demoted);
             return;
         }
         if (s->reply == NULL) {
@@ -418,16 +456,16 @@ static void start(batch *b, slot *s) {
         return;
     }
     if (!u->closed && u->cluster != NULL) {
-        /* a Cluster: the node that serves the key, from the slot map */
-        int rc = 0;
-        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen, &rc, &s->asking);
-        if (node == NULL) {
-            s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
-            s->flag = F_NONE;
-            s->state = S_DONE;
+        /* a Cluster: the node the topology core names (the map loaded
+         * first if need be, blocking: once per change of the map) */
+        redlock_conn *node = NULL;
+        int v = redlock_cluster_target(u, &s->att, &node);
+        s->owner = u;
+        if (v != REDLOCK_GO) {
+            follow(s, v, 0);
             return;
         }
-        s->owner = u;
+        s->asking = s->att.asking;
         s->u = u = node;
     }
     if (u->closed) {
@@ -493,19 +531,57 @@ static void time_out(slot *s) {
 
 static int is_tls(const slot *s) { return s->u != NULL && s->u->tls != NULL; }
 
-static void run(batch *b, struct pollfd *pfds, int *which) {
-    double t0 = redlock_mono_ms();
+/* A connection made now needs one more round trip (the TCP handshake, with
+ * AUTH and SELECT queued ahead of the command), and one more for TLS's (TLS
+ * 1.3; the servers' handshakes run side by side, each within its own
+ * limit). WAIT answers after wait_ms, plus up to a tick of the server's
+ * timer (hz 10: 100 ms). */
+static int limit_of(const batch *b, const slot *s) {
+    return (s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms) +
+           (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
+}
+
+/* A slot sent again (a verdict of the topology core): from the caller's
+ * conn, as new, with the time it needs from now. */
+static void restart(batch *b, slot *s, double t0, double t) {
+    s->u = s->owner != NULL ? s->owner : s->given;
+    s->reply = s->wreply = NULL;
+    s->reused = s->got_bytes = s->setup = s->auth_due = s->skip = s->asking = 0;
+    s->flag = F_NONE;
+    start(b, s);
+    if (s->state != S_DONE && s->state != S_PAUSED)
+        s->limit_ms = (int)(t - t0) + limit_of(b, s);
+}
+
+/* Sentinel-managed conns not connected: the sentinels asked and the master
+ * connected (and its TLS handshake made) one server at a time, blocking,
+ * before the servers' time limits start: a sentinel that hangs costs its
+ * own short timeout (csrc/defaults.h), not a voter's limit. */
+static void locate_masters(batch *b) {
     int i;
     for (i = 0; i < b->n; i++) {
+        redlock_conn *u = b->slots[i].u;
+        if (u == NULL || u->closed || u->sentinels == NULL)
+            continue;
+        redlock_conn_before_use(u); /* may drop it: a fork, a master that moved */
+        if (u->ctx == NULL)
+            (void)redlock_conn_ensure(u); /* (a failure: start() says so) */
+    }
+}
+
+static void run(batch *b, struct pollfd *pfds, int *which) {
+    double t0;
+    int i;
+    locate_masters(b);
+    t0 = redlock_mono_ms();
+    for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
+        s->given = s->u;
+        redlock_attempt_start(&s->att, redlock_command_slot(b->argc, b->argv, b->argvlen), t0,
+                              b->timeout_ms);
         start(b, s);
-        /* A connection made now needs one more round trip (the TCP
-         * handshake, with AUTH and SELECT queued ahead of the command), and
-         * one more for TLS's (TLS 1.3; the servers' handshakes run side by
-         * side, each within its own limit). WAIT answers after wait_ms,
-         * plus up to a tick of the server's timer (hz 10: 100 ms). */
-        s->limit_ms = (s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms) +
-                      (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
+        s->limit_ms = limit_of(b, s);
+        s->att.deadline = t0 + s->limit_ms;
     }
     for (;;) {
         int k = 0, r, j;
@@ -513,9 +589,22 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
         for (i = 0; i < b->n; i++) {
             slot *s = &b->slots[i];
             double mine;
+            if (s->state == S_PAUSED && t >= s->resume_at)
+                restart(b, s, t0, t);
             if (s->state == S_DONE)
                 continue;
             mine = t0 + s->limit_ms - t;
+            if (s->state == S_PAUSED) {
+                if (mine <= 0) {
+                    s->att.code = s->att.code ? s->att.code : 1;
+                    follow(s, REDLOCK_FAIL, 0);
+                    continue;
+                }
+                mine = s->resume_at - t;
+                if (left < 0 || mine < left)
+                    left = mine;
+                continue;
+            }
             if (mine <= 0) {
                 time_out(s);
                 continue;
@@ -529,7 +618,7 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
             pfds[k].revents = 0;
             which[k++] = i;
         }
-        if (k == 0)
+        if (k == 0 && left < 0)
             break;
         r = poll(pfds, (nfds_t)k, (int)left + 1);
         if (r < 0) {

@@ -297,10 +297,6 @@ static int connect_tracked(renewer *r, int i, char *err) {
     return 0;
 }
 
-static int is_noscript(const redisReply *rep) {
-    return rep->type == REDIS_REPLY_ERROR && rep->len >= 8 && memcmp(rep->str, "NOSCRIPT", 8) == 0;
-}
-
 /* What an extend reply says: 1 extended, 0 the token is not there, -1 an
  * error (err says why). Frees the reply. */
 static int extend_value(redlock_conn *c, redisReply *rep, char *err) {
@@ -365,85 +361,40 @@ static void extend_args(const char **argv, size_t *len, const entry *e, const ch
     len[5] = strlen(ttl);
 }
 
-/* extend_on for an entry that waits for replicas: the script and WAIT in
- * one write. */
-static int extend_on_wait(renewer *r, int i, const entry *e, const char **argv, size_t *len,
-                          char *err) {
-    const redlock_script *script = extend_script;
+/* The extend script on server i (with WAIT in the same write when e waits
+ * for replicas), through the topology core (NOSCRIPT, redirections, a
+ * master turned replica: csrc/topo.h): 1 extended (and acknowledged), 0
+ * the token is not there, -1 failed (err says why). A dropped idle
+ * connection is sent again once. */
+static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
     redlock_conn *c = r->conns[i];
+    const char *argv[6];
+    size_t len[6];
+    redlock_cmd cmd;
+    redlock_attempt a;
     redisReply *rep = NULL, *w = NULL;
-    int rc = 1, stale = 0, attempt;
-    for (attempt = 0; attempt < 2; attempt++) {
+    int stale = 0;
+    cmd.argc = 6;
+    cmd.argv = argv;
+    cmd.argvlen = len;
+    redlock_attempt_start(&a, -1, 0, 0);
+    for (;;) {
         if (connect_tracked(r, i, err) != 0)
             return -1;
-        argv[0] = "EVALSHA";
-        len[0] = 7;
-        argv[1] = script->sha;
-        len[1] = 40;
-        rc = redlock_conn_round_trip_wait(c, 6, argv, len, &e->wait, &rep, &w, &stale);
-        if (rep != NULL && is_noscript(rep)) {
-            freeReplyObject(rep);
-            if (w != NULL)
-                freeReplyObject(w);
-            rep = w = NULL;
-            argv[0] = "EVAL";
-            len[0] = 4;
-            argv[1] = script->source;
-            len[1] = strlen(script->source);
-            rc = redlock_conn_round_trip_wait(c, 6, argv, len, &e->wait, &rep, &w, &stale);
-        }
+        extend_args(argv, len, e, ttl);
+        redlock_cmd_evalsha(&cmd, extend_script->sha, extend_script->source);
+        /* (not 0 with rep: WAIT's reply did not come, w is NULL) */
+        (void)redlock_conn_exchange(c, &cmd, e->waits ? &e->wait : NULL, &rep, &w, &stale);
         if (conn_fd(c) < 0)
             untrack(r, i);
-        if (rep != NULL || !stale)
+        if (rep != NULL || redlock_stale_verdict(&a, stale, c->err) != REDLOCK_RESEND)
             break;
     }
     if (rep == NULL) {
         snprintf(err, ERRLEN, "%s", c->err);
         return -1;
     }
-    (void)rc; /* rc != 0 with rep: WAIT's reply did not come (w is NULL) */
-    return extend_value_wait(c, e, rep, w, err);
-}
-
-/* The extend script on server i: 1 extended, 0 the token is not there,
- * -1 failed (err says why). A dropped idle connection is retried once. */
-static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *err) {
-    const redlock_script *script = extend_script;
-    redlock_conn *c = r->conns[i];
-    const char *argv[6];
-    size_t len[6];
-    redisReply *rep = NULL;
-    int rc = 1, stale = 0, attempt;
-    extend_args(argv, len, e, ttl);
-    if (e->waits)
-        return extend_on_wait(r, i, e, argv, len, err);
-    for (attempt = 0; attempt < 2; attempt++) {
-        if (connect_tracked(r, i, err) != 0)
-            return -1;
-        argv[0] = "EVALSHA";
-        len[0] = 7;
-        argv[1] = script->sha;
-        len[1] = 40;
-        rc = redlock_conn_round_trip(c, 6, argv, len, &rep, &stale);
-        if (rc == 0 && is_noscript(rep)) {
-            freeReplyObject(rep);
-            rep = NULL;
-            argv[0] = "EVAL";
-            len[0] = 4;
-            argv[1] = script->source;
-            len[1] = strlen(script->source);
-            rc = redlock_conn_round_trip(c, 6, argv, len, &rep, &stale);
-        }
-        if (conn_fd(c) < 0)
-            untrack(r, i);
-        if (rc == 0 || !stale)
-            break;
-    }
-    if (rc != 0) {
-        snprintf(err, ERRLEN, "%s", c->err);
-        return -1;
-    }
-    return extend_value(c, rep, err);
+    return e->waits ? extend_value_wait(c, e, rep, w, err) : extend_value(c, rep, err);
 }
 
 /* One command on server i's connection: 0 and *rep, or -1 (err says why;
@@ -613,48 +564,37 @@ static void track_all(renewer *r) {
 
 /* The extend script on every server at once (the fan-out of csrc/fanout.c),
  * each within the renewer's timeout: a round costs the slowest answer, not
- * the sum. Servers whose idle connection the server had closed get one more
- * try. Counts into *yes and *no; err keeps the last failure's message. */
+ * the sum (the fan-out sends again where the topology core says so: a
+ * stale connection, a redirection). Counts into *yes and *no; err keeps
+ * the last failure's message. */
 static void extend_all(renewer *r, const entry *e, const char *ttl, int *yes, int *no, char *err) {
     redisReply *reps[MAX_SERVERS], *wreps[MAX_SERVERS];
-    int stale[MAX_SERVERS], n = r->nservers, m = 0, i, k, pass;
-    redlock_conn *conns[MAX_SERVERS];
+    int stale[MAX_SERVERS], n = r->nservers, k, fail;
     const char *argv[6];
     size_t len[6];
-    for (i = 0; i < n; i++)
-        conns[m++] = r->conns[i];
-    for (pass = 0; pass < 2 && m > 0; pass++) {
-        int again = 0;
-        int fail;
-        extend_args(argv, len, e, ttl);
-        if (e->waits)
-            fail = redlock_fanout_eval_wait_c(conns, m, r->timeout_ms, extend_script, &e->wait, argv,
-                                              len, 6, reps, wreps, stale);
-        else
-            fail = redlock_fanout_eval_c(conns, m, r->timeout_ms, extend_script, argv, len, 6, reps,
-                                         stale);
-        if (fail != 0) {
-            snprintf(err, ERRLEN, "renewal: out of memory");
-            return;
+    extend_args(argv, len, e, ttl);
+    if (e->waits)
+        fail = redlock_fanout_eval_wait_c(r->conns, n, r->timeout_ms, extend_script, &e->wait, argv,
+                                          len, 6, reps, wreps, stale);
+    else
+        fail = redlock_fanout_eval_c(r->conns, n, r->timeout_ms, extend_script, argv, len, 6, reps,
+                                     stale);
+    if (fail != 0) {
+        snprintf(err, ERRLEN, "renewal: out of memory");
+        return;
+    }
+    for (k = 0; k < n; k++) {
+        redlock_conn *c = r->conns[k];
+        if (reps[k] == NULL) {
+            snprintf(err, ERRLEN, "%s", c->err);
+            continue;
         }
-        for (k = 0; k < m; k++) {
-            redlock_conn *c = conns[k];
-            if (reps[k] == NULL) {
-                if (pass == 0 && stale[k]) {
-                    conns[again++] = c;
-                } else {
-                    snprintf(err, ERRLEN, "%s", c->err);
-                }
-                continue;
-            }
-            switch (e->waits ? extend_value_wait(c, e, reps[k], wreps[k], err)
-                             : extend_value(c, reps[k], err)) {
-            case 1: (*yes)++; break;
-            case 0: (*no)++; break;
-            default: break;
-            }
+        switch (e->waits ? extend_value_wait(c, e, reps[k], wreps[k], err)
+                         : extend_value(c, reps[k], err)) {
+        case 1: (*yes)++; break;
+        case 0: (*no)++; break;
+        default: break;
         }
-        m = again;
     }
     track_all(r);
 }

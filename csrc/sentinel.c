@@ -1,7 +1,10 @@
-/* Redis Sentinel: where a Sentinel-managed conn's master is. The conn keeps
- * its sentinels (plain conns, each connected lazily and kept for the
- * periodic check) and its master's name; conn.c calls in here to connect,
- * before commands (the periodic check) and after error replies (demotion).
+/* Redis Sentinel over hiredis: where a Sentinel-managed conn's master is,
+ * the driver of the topology core's Sentinel rules (csrc/topo.c: what a
+ * sentinel's answer and ROLE's mean, the rounds). The conn keeps its
+ * sentinels (plain conns, each connected lazily and kept for the periodic
+ * check) and its master's name; conn.c calls in here to connect and before
+ * commands (the periodic check); a master turned replica is the core's
+ * verdict on a reply (conn.c, fanout.c).
  * Everything here runs on the thread that owns the conn: the caller's, or
  * the renewal thread with its own clones. */
 #define _GNU_SOURCE
@@ -15,23 +18,24 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "topo.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
-/* A master named but not a master (ROLE): the sentinels have not caught up
- * with a failover yet. Ask again this many times, this long apart. */
-#define ROUNDS 3
-#define PAUSE_MS 100
 
-/* One command on sentinel node i, retried once on a connection the
+/* One command on sentinel node i, sent again once on a connection the
  * sentinel had dropped. */
 static int ask(redlock_conn *node, int argc, const char **argv, redisReply **out) {
-    int stale = 0, rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
-    if (rc != 0 && stale)
+    redlock_attempt a;
+    int rc, stale = 0;
+    redlock_attempt_start(&a, -1, 0, 0);
+    do
         rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
+    while (rc != 0 && redlock_stale_verdict(&a, stale, node->err) == REDLOCK_RESEND);
     return rc;
 }
 
-enum answer { A_ADDRESS, A_UNKNOWN, A_FAILED };
+enum answer { A_ADDRESS = REDLOCK_MASTER_AT, A_UNKNOWN = REDLOCK_MASTER_UNKNOWN,
+              A_FAILED = REDLOCK_SENTINEL_FAILED };
 
 /* What sentinel i says of the master: its address (host copied into host),
  * unknown (a null reply: it monitors no master of that name), or a
@@ -41,33 +45,12 @@ static enum answer master_from(redlock_sentinels *s, int i, char *host, size_t h
     redlock_conn *node = s->nodes[i];
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
     redisReply *r = NULL;
-    size_t used = strlen(why);
-    enum answer a = A_FAILED;
+    enum answer a;
     if (ask(node, 3, argv, &r) != 0) {
-        snprintf(why + used, whylen - used, "%s%s", used ? "; " : "", node->err);
+        redlock_append_why(why, whylen, node->err);
         return A_FAILED;
     }
-    if (r->type == REDIS_REPLY_NIL) {
-        a = A_UNKNOWN;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[0]->type == REDIS_REPLY_STRING &&
-               r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < hostlen) {
-        long p = strtol(r->element[1]->str, NULL, 10);
-        if (p >= 1 && p <= 65535) {
-            memcpy(host, r->element[0]->str, r->element[0]->len);
-            host[r->element[0]->len] = '\0';
-            *port = (int)p;
-            a = A_ADDRESS;
-        }
-    }
-    if (a == A_FAILED) {
-        if (r->type == REDIS_REPLY_ERROR)
-            snprintf(why + used, whylen - used, "%sserver: %s: %.*s", used ? "; " : "", node->name,
-                     (int)(r->len > 120 ? 120 : r->len), r->str);
-        else
-            snprintf(why + used, whylen - used, "%s%s: not a sentinel's answer", used ? "; " : "",
-                     node->name);
-    }
+    a = (enum answer)redlock_sentinel_answer(r, node->name, host, hostlen, port, why, whylen);
     freeReplyObject(r);
     return a;
 }
@@ -98,14 +81,7 @@ static int locate(redlock_conn *u, char *host, size_t hostlen, int *port) {
             break;
         }
     }
-    if (unknown > 0)
-        snprintf(u->err, ERRLEN,
-                 "connection: sentinel:%.60s: master name unknown: %d of %d sentinels monitor "
-                 "no master of that name%s%.300s%s",
-                 s->master_name, unknown, s->n, why[0] ? " (" : "", why, why[0] ? ")" : "");
-    else
-        snprintf(u->err, ERRLEN, "connection: sentinel:%.60s: no sentinel reachable (%.400s)",
-                 s->master_name, why);
+    redlock_sentinel_failure(u->err, ERRLEN, s->master_name, unknown, s->n, why);
     return -1;
 }
 
@@ -127,36 +103,26 @@ static int set_address(redlock_conn *u, const char *host, int port) {
     return 0;
 }
 
-/* 1 when ROLE says master, 0 when not (u->err says what), -1 on failure. */
+/* 1 when ROLE says master, 0 when not (u->err says what), -1 when ROLE
+ * failed (u->err: "server:" when refused). */
 static int is_master(redlock_conn *u) {
     const char *argv[1] = {"ROLE"};
-    redisReply *r = NULL, *role;
-    int stale = 0, master;
+    redisReply *r = NULL;
+    int stale = 0, v;
     if (redlock_conn_round_trip(u, 1, argv, NULL, &r, &stale) != 0)
         return -1;
-    role = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
-    if (role != NULL && role->type != REDIS_REPLY_STRING)
-        role = NULL;
-    master = role != NULL && role->len == 6 && memcmp(role->str, "master", 6) == 0;
-    if (!master && r->type == REDIS_REPLY_ERROR) /* NOPERM: the ACL user needs +role */
-        snprintf(u->err, ERRLEN, "server: %s: ROLE failed: %.*s", u->name,
-                 (int)(r->len > 120 ? 120 : r->len), r->str);
-    else if (!master)
-        snprintf(u->err, ERRLEN,
-                 "connection: %s: the sentinels name a server that is not a master (ROLE: %.*s)",
-                 u->name, role ? (int)(role->len > 40 ? 40 : role->len) : 7,
-                 role ? role->str : "no role");
+    v = redlock_role_verdict(r, u->name, u->err, ERRLEN);
     freeReplyObject(r);
-    return master;
+    return v;
 }
 
 int redlock_sentinel_connect(redlock_conn *u) {
     int round, rc = 1;
-    for (round = 0; round < ROUNDS; round++) {
+    for (round = 0; round < REDLOCK_ROLE_ROUNDS; round++) {
         char host[256];
         int port = 0;
         if (round > 0)
-            redlock_pause_ms(PAUSE_MS);
+            redlock_pause_ms(REDLOCK_ROLE_PAUSE);
         if (locate(u, host, sizeof host, &port) != 0)
             return 1;
         if (set_address(u, host, port) != 0)
@@ -205,28 +171,6 @@ void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
     /* moved, or no longer known: connect again through the sentinels */
     if (a == A_UNKNOWN || u->host == NULL || strcmp(host, u->host) != 0 || port != u->port)
         redlock_conn_drop(u);
-}
-
-static int has_word(const char *s, size_t len, const char *word) {
-    size_t w = strlen(word), i;
-    for (i = 0; i + w <= len; i++)
-        if (memcmp(s + i, word, w) == 0)
-            return 1;
-    return 0;
-}
-
-int redlock_sentinel_demoted(redlock_conn *u, const char *err, size_t len) {
-    if (u->sentinels == NULL)
-        return 0;
-    /* READONLY: a write refused by a replica (in a script too); WAIT on a
-     * replica: "WAIT cannot be used with replica instances" */
-    if (!has_word(err, len, "READONLY") && !has_word(err, len, "replica instance"))
-        return 0;
-    snprintf(u->err, ERRLEN, "connection: %s: the master became a replica (%.*s)", u->name,
-             (int)(len > 80 ? 80 : len), err);
-    redlock_conn_drop(u);
-    u->sentinels->checked_ms = 0;
-    return 1;
 }
 
 redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {

@@ -32,12 +32,6 @@ int redlock_sentinel_connect(struct redlock_conn *u);
  * error would come too late. No sentinel answering keeps the connection. */
 void redlock_sentinel_recheck(struct redlock_conn *u, double max_age_ms);
 
-/* After a reply: 1 when u is Sentinel-managed and the reply says the node
- * is a replica now (READONLY, or WAIT refused on a replica); the
- * connection is then dropped, u->err says why, and the next use asks the
- * sentinels again. The command was not carried out: a retry is safe. */
-int redlock_sentinel_demoted(struct redlock_conn *u, const char *err, size_t len);
-
 /* A deep copy (the nodes' settings, not their sockets); NULL: no memory. */
 redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src);
 void redlock_sentinels_free(redlock_sentinels *s);

@@ -794,14 +794,22 @@ function Server:eval(name, nkeys, ...)
     return r, err, code
 end
 
--- One server's part of a fan-out, in its own light thread.
-local function fan_one(server, tmo, w, script, nkeys, ...)
-    if server.closed then return closed() end
+-- One try of a server's part of a fan-out.
+local function fan_try(server, tmo, w, script, nkeys, ...)
     local req = encode("EVALSHA", script.sha, nkeys, ...)
     if server.cluster then
         return routed(server, ngx_cluster.script_slot(nkeys, (...)), nil, req, tmo, w, script, nkeys, ...)
     end
     return attempt(server, nil, false, nil, req, tmo, w, script, nkeys, ...)
+end
+
+-- One server's part of a fan-out, in its own light thread: sent once more
+-- on a new connection when the pooled one was stale (as csrc/fanout.c).
+local function fan_one(server, tmo, w, script, nkeys, ...)
+    if server.closed then return closed() end
+    local v, err, code, stale, timed_out = fan_try(server, tmo, w, script, nkeys, ...)
+    if v == nil and stale then return fan_try(server, tmo, w, script, nkeys, ...) end
+    return v, err, code, stale, timed_out
 end
 
 -- The light threads of a fan-out (see fanout_eval); w: WAIT with the

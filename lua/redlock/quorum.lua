@@ -106,21 +106,9 @@ local function ask(client, list, timeout, name, interpret, seq, rep, ...)
             end
             return fanout_eval(cs, timeout, name, ...)
         end
+        -- (a stale connection, a redirection, a master turned replica:
+        -- the fan-out sends again itself, as the topology core says)
         local vals, errs, cods, flgs, acks, fsyncs = send(conns, ...)
-        local again, at
-        for k = 1, #conns do
-            if flgs[k] == "stale" then
-                again, at = again or {}, at or {}
-                again[#again + 1], at[#at + 1] = conns[k], k
-            end
-        end
-        if again then
-            local v2, e2, c2, f2, a2, s2 = send(again, ...)
-            for m, k in ipairs(at) do
-                vals[k], errs[k], cods[k], flgs[k] = v2[m], e2[m], c2[m], f2[m]
-                if rep then acks[k], fsyncs[k] = a2[m], s2[m] end
-            end
-        end
         for k = 1, #conns do
             local j = pos[k]
             if vals[k] ~= nil then
