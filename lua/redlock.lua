@@ -21,6 +21,7 @@ local quorum = require "redlock.quorum"
 local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 local replicas = require "redlock.replicas"
+local ops_for = require("redlock.detect").ops_for
 local events = require "redlock.events"
 
 local now, new_token = core.now, core.token
@@ -630,7 +631,10 @@ local function release(self)
     if self.renewal then hold.stop(self) end
     local ok, where, code
     local server, key = client.one, self.key
-    if server and server.ops == scripted and server.woke_key ~= key then
+    -- (a mode "auto" server that took this lock in legacy mode releases it
+    -- the legacy way, see redlock.detect.ops_for)
+    if server and server.ops == scripted and server.woke_key ~= key
+        and (server.legacy_held == nil or ops_for(server, self.token) == scripted) then
         -- one server in script mode: the two-key release of
         -- redlock.scripted sent from here, as the first attempt is
         local conn, wkey = server.conn, companion_key(key, WAITERS)

@@ -59,7 +59,12 @@ end
 -- the connection's timeout. A script that runs there settles the server as
 -- a script server; a refusal comes back as a server error and takes the
 -- one-by-one path below, where redlock.detect decides.
-local function fanout_ops(server) return server.ops == scripted or server.ops == detect end
+-- (A server that holds locks auto mode took in legacy mode goes one by one:
+-- Server:release and extend pick each lock's operations, see
+-- redlock.detect.ops_for.)
+local function fanout_ops(server)
+    return (server.ops == scripted or server.ops == detect) and not detect.holds_legacy(server)
+end
 
 -- The indices of the servers to ask now: those not in back-off.
 local function up(client, t)
