@@ -30,6 +30,7 @@ local SERVER = [[
         location = /detect { content_by_lua_block { require("probe").detect() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
+        location = /renew_gone { content_by_lua_block { require("probe").renew_gone() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
         location = /sentinel { content_by_lua_block { require("probe").sentinel() } }
         location = /tls_api { content_by_lua_block { require("probe").tls_api() } }
@@ -370,6 +371,26 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("active=false", (ngx_server:get("/renewing")))
             assert.same({}, ngx_server:errors())
         end)
+
+        it("a request that ends without releasing its renewed lock ends the renewal: the key expires",
+            function()
+                local key = helper.key("renew")
+                local body, code = ngx_server:get("/renew_gone?key=" .. key .. "&ttl=300")
+                assert.equal(200, code, body)
+                -- renewed for the worker's life before: wait (up to 5 s) for
+                -- the key to expire, ttl after the last renewal
+                local expired = false
+                for _ = 1, 250 do
+                    if data:command("EXISTS", key) == 0 then
+                        expired = true
+                        break
+                    end
+                    helper.sleep(20)
+                end
+                assert.is_true(expired, "still renewed after its request ended")
+                assert.equal("active=false", (ngx_server:get("/renewing")))
+                assert.same({}, ngx_server:errors())
+            end)
 
         it("a renewed lock deleted by hand is lost: on_lost runs, release says 'not owner'", function()
             local key = helper.key("renew")
