@@ -176,7 +176,8 @@ function Server:start()
         write_conf(self)
         -- (self.exec: a prefix that must exec redis-server in place, so
         -- that $! is the server: `ip netns exec NS`, `env FAKETIME=...`)
-        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. (self.exec or "") .. "redis-server %s%s >>%s 2>&1 & echo $!'",
+        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. (self.exec or "")
+            .. "redis-server %s%s >>%s 2>&1 & echo $!'",
             quote(self.dir .. "/redis.conf"), self.sentinel_lines and " --sentinel" or "",
             quote(self.dir .. "/stdout.log"))):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
