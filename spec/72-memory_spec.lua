@@ -25,9 +25,9 @@ end
 -- fn's results.
 local function stderr_of(fn)
     local real, text = io.stderr, {}
-    io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do text[#text + 1] = s end end }
+    io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do text[#text + 1] = s end end } -- luacheck: ignore 122
     local ok, a, b, c = pcall(fn)
-    io.stderr = real
+    io.stderr = real -- luacheck: ignore 122
     if not ok then error(a, 0) end
     return table.concat(text), a, b, c
 end
