@@ -519,9 +519,12 @@ end
 
 --- Starts a worker in the background; returns a handle whose wait() returns
 -- its exit status and output.
-function _M.spawn(script, ...)
+function _M.spawn(script, ...) return _M.spawn_in("", script, ...) end
+
+--- The same, its command behind a prefix that execs it ("ip netns exec NS ").
+function _M.spawn_in(prefix, script, ...)
     local dir = fresh_dir("worker")
-    local cmd = _M.lua_cmd(script, ...)
+    local cmd = prefix .. _M.lua_cmd(script, ...)
     -- The background shell must not keep popen's pipe open, or reading the
     -- pid would wait for the worker to finish (and workers would run one
     -- after another).

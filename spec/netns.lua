@@ -175,11 +175,15 @@ end
 -- no ICMP unreachable; no ARP either, see link()). b's end, being down, has no route to a
 -- any more: b's own sends fail at once (so cut with the side whose view
 -- matters first: the client, the sentinels).
-function Net:cut(a, b)
+function Net:cut(a, b) run(self:cut_cmd(a, b)) end
+
+--- The shell command of cut(a, b), to run later from the background
+-- (helper.later) while this process is blocked in a call.
+function Net:cut_cmd(a, b)
     local l = find(self, a, b)
     local space = self.spaces[b]
     local veth = l.a == b and l.va or l.vb
-    run(string.format("%sip link set %s down", space and space.exec or "", veth))
+    return string.format("%sip link set %s down", space and space.exec or "", veth)
 end
 
 --- Heals it: b's end up again, with the neighbour and route that went
@@ -216,6 +220,11 @@ function Net:server(name, opts)
     for k, v in pairs(opts or {}) do o[k] = v end
     o.config = _M.open_config(o.config)
     return helper.start_server(o)
+end
+
+--- Starts a worker (helper.spawn) inside namespace `name`.
+function Net:spawn(name, script, ...)
+    return helper.spawn_in(assert(self.spaces[name], "netns: no namespace " .. name).exec .. "env ", script, ...)
 end
 
 --- Removes every namespace and veth of this net (and stops what runs in
