@@ -50,8 +50,9 @@ end
 -- from the offset file at every call (no cache). monotonic = false: only
 -- the wall clock moves (an NTP step).
 local function faked(path, monotonic)
-    return string.format("env LD_PRELOAD=%s FAKETIME_TIMESTAMP_FILE=%s FAKETIME_NO_CACHE=1 %s", LIBFAKETIME,
-        path, monotonic == false and "FAKETIME_DONT_FAKE_MONOTONIC=1 " or "")
+    -- (after what is preloaded already: the sanitizer runtimes come first)
+    return string.format("env LD_PRELOAD=\"${LD_PRELOAD:+$LD_PRELOAD }%s\" FAKETIME_TIMESTAMP_FILE=%s"
+        .. " FAKETIME_NO_CACHE=1 %s", LIBFAKETIME, path, monotonic == false and "FAKETIME_DONT_FAKE_MONOTONIC=1 " or "")
 end
 
 -- A redis-server whose clock follows the offset file (server.offset): a

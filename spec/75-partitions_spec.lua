@@ -217,4 +217,158 @@ describe("partitions", function()
                 assert.is_true(helper.eventually(2000, function() return servers[3]:cli("EXISTS", key) == "0" end))
             end)
     end)
+
+    describe("a Sentinel group", function()
+        it("master cut off from the sentinels, not from the client (split brain): the client's locks move to"
+            .. " the new master within sentinel_check of the switch", function()
+            -- the master alone in "m"; its replica and three sentinels in
+            -- "s"; the client reaches both; the link m-s is what is cut
+            net:space("m")
+            net:space("s")
+            net:link("s", "m")
+            local master = net:server("m")
+            local s = net.spaces.s
+            local replica = helper.start_replica(master, { host = s.addr, exec = s.exec,
+                config = netns.open_config() })
+            local sentinels, addrs = {}, {}
+            for i = 1, 3 do
+                sentinels[i] = helper.start_sentinel({ locks = master }, { host = s.addr, exec = s.exec,
+                    config = { "protected-mode no" } })
+                addrs[i] = s.addr .. ":" .. sentinels[i].port
+            end
+            assert(helper.eventually(15000, function()
+                for _, sentinel in ipairs(sentinels) do
+                    local out = sentinel:cli("SENTINEL", "master", "locks")
+                    if not out:find("num%-other%-sentinels\n2") or not out:find("num%-slaves\n1") then
+                        return false
+                    end
+                end
+                return true
+            end), "the sentinels did not discover each other and the replica")
+            local check = 1000 -- sentinel_check's default, what docs/topologies.md gives as the bound
+            local group = { sentinels = addrs, master_name = "locks", sentinel_check = check }
+            local client = redlock.new { servers = { group }, connect_timeout = 300, timeout = 300 }
+            local key = helper.key("split")
+            local held = assert(client:acquire(key, { ttl = 60000 }))
+            assert(helper.eventually(5000, function() return replica:cli("GET", key) == held.token end))
+
+            net:cut("s", "m")
+            -- the client goes on taking locks (fresh keys); each is found on
+            -- the old master or the new one
+            local new_addr = name_of(replica)
+            local switched, last_old, first_new
+            local deadline = core.now() + 30000
+            local n = 0
+            while core.now() < deadline and not (first_new and core.now() > first_new + 2 * check) do
+                n = n + 1
+                local k = helper.key("split-" .. n)
+                local lock = client:acquire(k, { ttl = 60000 })
+                local t = core.now()
+                if not switched and sentinels[1]:master_addr("locks") == new_addr then switched = t end
+                if lock then
+                    if master:cli("GET", k) == lock.token then last_old = t end
+                    if replica:cli("GET", k) == lock.token and not first_new then first_new = t end
+                end
+                core.sleep(50)
+            end
+            assert.is_not_nil(switched, "the sentinels did not fail over")
+            assert.is_not_nil(first_new, "no lock reached the new master")
+            assert.is_true(last_old < first_new, "a lock went to the old master after one reached the new")
+            -- the bound: the sentinels' answer changed at `switched` (seen
+            -- by this loop, at most one round later); the client asks them
+            -- every sentinel_check ms
+            assert.is_true(last_old - switched < check + 500, string.format(
+                "the client wrote the old master %.0f ms after the switch", last_old - switched))
+            -- the lock taken before the cut was replicated: nobody else gets it
+            local other = redlock.new { servers = { group } }
+            local _, _, code = other:try_acquire(key)
+            assert.equal("locked", code)
+            assert.is_true(held:release())
+            client:close()
+            other:close()
+        end)
+    end)
+
+    describe("a Cluster", function()
+        it("a master cut off from everyone: errors name that node, then its replica takes over with the locks"
+            .. " it had", function()
+            -- the victim alone in "v", the five other nodes in "rest"
+            net:space("v")
+            net:space("rest")
+            net:link("rest", "v")
+            local function node(space)
+                local addr = net.spaces[space].addr
+                return net:server(space, { config = { "cluster-enabled yes", "cluster-config-file nodes.conf",
+                    "cluster-node-timeout 2000", "cluster-require-full-coverage no",
+                    "cluster-announce-ip " .. addr } })
+            end
+            local nodes = { node("v") }
+            for i = 2, 6 do nodes[i] = node("rest") end
+            local addrs = {}
+            for i, n in ipairs(nodes) do addrs[i] = name_of(n) end
+            -- the victim first: redis-cli makes it a master (one per host first)
+            local out = helper.read_cmd("env -u LD_PRELOAD redis-cli --cluster create " .. table.concat(addrs, " ")
+                .. " --cluster-replicas 1 --cluster-yes 2>&1")
+            assert(out:find("All 16384 slots covered", 1, true), out)
+            local cluster = { nodes = nodes }
+            assert(helper.eventually(20000, function()
+                for _, n in ipairs(nodes) do
+                    if not n:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true) then return false end
+                end
+                return true
+            end), "the cluster did not reach cluster_state:ok")
+            local victim = nodes[1]
+            assert.matches("^master", victim:cli("ROLE"))
+            -- a key the victim serves
+            local key
+            for i = 1, 1000 do
+                local k = helper.key("cluster-cut-" .. i)
+                if helper.cluster_owner(cluster, k) == victim then
+                    key = k
+                    break
+                end
+            end
+            assert(key, "no key of the victim's slots")
+            local url = "redis+cluster://" .. addrs[2] .. "," .. addrs[3] .. "," .. addrs[1]
+            local a = redlock.new { servers = { url }, connect_timeout = 300, timeout = 300 }
+            local b = redlock.new { servers = { url }, connect_timeout = 300, timeout = 300 }
+            -- (its replica synced first: the lock must reach it)
+            assert(helper.eventually(20000, function()
+                return victim:cli("INFO", "replication"):find("connected_slaves:1", 1, true) ~= nil
+            end), "the victim's replica did not connect")
+            local held = assert(a:acquire(key, { ttl = 30000 }))
+            assert.equal("1", victim:cli("WAIT", "1", "5000"))
+
+            net:cut("client", "v")
+            net:cut("rest", "v")
+            local t0 = core.now()
+            local errors, got, refused = 0, nil, nil
+            while core.now() - t0 < 30000 do
+                local lock, err, code = b:try_acquire(key)
+                if lock then
+                    got = lock
+                    break
+                end
+                if code == "locked" then
+                    refused = true
+                    break
+                end
+                errors = errors + 1
+                assert.is_true(code == "connection" or code == "server", err)
+                if code == "connection" then assert.matches(esc(name_of(victim)), err) end
+                core.sleep(100)
+            end
+            assert.is_nil(got, "a second holder: the promoted replica did not have the lock")
+            assert.is_true(refused, "the replica was not promoted")
+            assert.is_true(errors > 0)
+            -- the holder, whose lock the new master kept, extends and releases it there
+            assert.is_true(held:extend())
+            assert.is_true(held:release())
+            local again = assert(b:try_acquire(key))
+            assert.is_true(again.fence > held.fence)
+            assert.is_true(again:release())
+            a:close()
+            b:close()
+        end)
+    end)
 end)
