@@ -504,9 +504,10 @@ static int legacy_ours(const redisReply *rep, const entry *e, double now) {
 
 /* Keeps the first error a command queued after MULTI got (the server
  * refused to queue it: OOM under maxmemory), for the message. */
+#define QUEUEDLEN 161
 static void note_queued(const redisReply *rep, char *queued) {
     if (rep->type == REDIS_REPLY_ERROR && queued[0] == '\0')
-        snprintf(queued, ERRLEN, "%.*s", (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+        snprintf(queued, QUEUEDLEN, "%.*s", (int)(rep->len > 160 ? 160 : rep->len), rep->str);
 }
 
 /* Legacy mode's extend on server i (servers without scripting, with WATCH):
@@ -516,7 +517,7 @@ static void note_queued(const redisReply *rep, char *queued) {
  * ours any more, -1 failed. */
 static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
     char value[48 + 256];
-    char queued[ERRLEN]; /* a queued command's refusal (OOM): EXEC then says only EXECABORT */
+    char queued[QUEUEDLEN]; /* a queued command's refusal (OOM): EXEC then says only EXECABORT */
     const char *argv[3];
     size_t len[3];
     redisReply *rep = NULL;
@@ -574,7 +575,7 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
         v = 1;
     else if (rep->type == REDIS_REPLY_ERROR && queued[0] != '\0')
-        snprintf(err, ERRLEN, "server: %s: %s", r->conns[i]->name, queued);
+        snprintf(err, ERRLEN, "server: %s: %.160s", r->conns[i]->name, queued);
     else if (rep->type == REDIS_REPLY_ERROR)
         snprintf(err, ERRLEN, "server: %s: %.*s", r->conns[i]->name,
                  (int)(rep->len > 160 ? 160 : rep->len), rep->str);

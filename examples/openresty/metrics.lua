@@ -22,7 +22,7 @@ _M.DICT = "redlock_metrics"
 local BOUNDS = events.BOUNDS -- the wait histogram's bucket bounds, ms
 local TYPES = {
     "acquired", "refused", "timeout", "quorum_failed", "released", "not_owner", "extended",
-    "renewed", "renew_failed", "lost", "server_error",
+    "renewed", "renew_failed", "lost", "server_error", "warning",
 }
 
 --- The on_event hook: counts ev in the shared dict.
