@@ -135,6 +135,32 @@ describe("partitions", function()
                 assert(assert(client:acquire(key)):release())
                 client:close()
             end)
+
+        it("in the middle of a release, its reply lost: 'connection', though the key is gone; a second"
+            .. " release says 'not owner'", function()
+            net:space("s")
+            local server = net:server("s")
+            local client = redlock.new { servers = { server:url() }, connect_timeout = 300, timeout = 1000 }
+            local key = helper.key("cut-reply")
+            -- (the release script known to the server: EVALSHA runs it)
+            assert(assert(client:acquire(helper.key())):release())
+            local lock = assert(client:acquire(key, { ttl = 30000 }))
+            -- the release reaches the server (frozen), the link is cut, the
+            -- server runs it and answers into the partition
+            server:freeze()
+            helper.later(200, net:cut_cmd("client", "s"))
+            helper.later(400, "kill -CONT " .. server.pid)
+            local ok, err, code = lock:release()
+            assert.is_nil(ok)
+            assert.equal("connection", code)
+            assert.matches("^connection: " .. esc(name_of(server)) .. ".*timed out", err)
+            assert.is_true(helper.eventually(2000, function() return server:cli("EXISTS", key) == "0" end))
+            net:heal("client", "s")
+            local _
+            _, _, code = lock:release()
+            assert.equal("not owner", code)
+            client:close()
+        end)
     end)
 
     describe("Redlock over three servers", function()
