@@ -23,6 +23,7 @@ local util = require "redlock.util"
 local replicas = require "redlock.replicas"
 local ops_for = require("redlock.detect").ops_for
 local events = require "redlock.events"
+local eviction = require "redlock.eviction"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
@@ -353,6 +354,11 @@ local function acquire(client, key, o, wait, renew)
     end
     local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
         o.on_event)
+    -- a server met for the first time: can it evict a held lock? (once;
+    -- Redlock's servers: redlock.quorum)
+    if server and ok ~= nil and server.policy == nil then
+        eviction.check(client, server, o.on_event, show_key(key))
+    end
     if ok then
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
     end
