@@ -6,8 +6,10 @@
  *
  * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
  *   SERVER  host:port, or a unix socket path (starts with '/')
- *   MODE    cycle  EVALSHA acquire + EVALSHA release: the library's own
- *                  round trips for acquire+release (the fair floor)
+ *   MODE    cycle  the library's own round trips for acquire+release (the
+ *                  fair floor): SET key token NX PX ttl and INCR of the
+ *                  fence counter in one write (redlock.scripted.grant),
+ *                  then EVALSHA of the release script
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
  *                  acquire, with the library's release script
  *           textbook  what a user writes without a library: SET key token
@@ -326,6 +328,41 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, exec, REDIS_REPLY_ARRAY, replies);
 }
 
+/* SET NX PX and INCR of the counter in one write on every server, then
+ * both replies of each: the library's uncontended acquire. */
+static void grant(const char *fence_key, const char **set) {
+    const char *incr[2] = {"INCR", fence_key};
+    int i, j, done;
+    void *r;
+    for (i = 0; i < nservers; i++) {
+        if (redisAppendCommandArgv(ctx[i], 6, set, NULL) != REDIS_OK ||
+            redisAppendCommandArgv(ctx[i], 2, incr, NULL) != REDIS_OK)
+            die("could not encode a command", ctx[i]->errstr);
+        do {
+            if (redisBufferWrite(ctx[i], &done) != REDIS_OK)
+                die("could not send", ctx[i]->errstr);
+        } while (!done);
+    }
+    for (i = 0; i < nservers; i++)
+        for (j = 0; j < 2; j++) {
+            redisReply *rep;
+            if (redisGetReply(ctx[i], &r) != REDIS_OK)
+                die("lost the connection", ctx[i]->errstr);
+            rep = r;
+            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER))
+                die(j == 0 ? "SET NX PX" : "INCR", "unexpected reply");
+            freeReplyObject(rep);
+        }
+}
+
+static void release_all(const char *key, const char *token) {
+    redisReply *replies[MAX_SERVERS];
+    const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
+    fan_out(5, rel, NULL, replies);
+    check_each(replies, REDIS_REPLY_INTEGER, 1, "release");
+    free_all(replies);
+}
+
 static void one_op(mode m, const char *key, const char *fence_key, const char *ttl,
                    unsigned long long seq) {
     char token[33];
@@ -348,6 +385,10 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
     if (m == SETNX || m == TEXTBOOK) {
         fan_out(6, set, NULL, replies);
         check_each(replies, REDIS_REPLY_STATUS, 0, "SET NX PX");
+    } else if (m == CYCLE) {
+        grant(fence_key, set);
+        release_all(key, token);
+        return;
     } else {
         fan_out(7, acq, NULL, replies);
         check_acquire(replies, m == HELD);

@@ -144,6 +144,104 @@ describe("keys the library leaves, and fences", function()
         end
     end)
 
+    -- The uncontended acquire takes SET NX PX and the fence's INCR without a
+    -- script (redlock.scripted.grant); the acquire script, which raises the
+    -- counter to the server's clock, runs on a connection's first grant and
+    -- after RAISED_MS without one. A counter that goes back (lost) must not
+    -- give a fence at or below one given before, on the same client.
+    describe("the acquire without a script", function()
+        local scripted = require "redlock.scripted"
+        local function calls(d, name)
+            return tonumber(d:command("INFO", "commandstats"):match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+        end
+
+        it("sends SET NX PX and INCR, and one script (the release)", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            local client = redlock.new { servers = { s:url() } }
+            assert(client:acquire(helper.key())):release() -- the first grant: the script
+            local evalsha, set, incr = calls(d, "evalsha"), calls(d, "set"), calls(d, "incr")
+            local last = 0
+            for _ = 1, 10 do
+                local lock = assert(client:acquire(helper.key()))
+                assert.is_true(lock.fence > last)
+                last = lock.fence
+                assert.is_true(lock:release())
+            end
+            assert.equal(10, calls(d, "evalsha") - evalsha)
+            assert.equal(10, calls(d, "set") - set)
+            assert.equal(10, calls(d, "incr") - incr)
+            -- fence = false: SET NX PX alone
+            incr = calls(d, "incr")
+            local lock = assert(client:acquire(helper.key(), { fence = false }))
+            assert.is_nil(lock.fence)
+            assert.is_true(lock:release())
+            assert.equal(incr, calls(d, "incr"))
+            -- held: locked, with the holder's pttl
+            local key = helper.key()
+            local held = assert(client:acquire(key, { ttl = 60000 }))
+            for _ = 1, 2 do
+                local _, err, code = client:try_acquire(key)
+                assert.equal("locked", code)
+                assert.matches("expires in %d+ ms", err)
+            end
+            assert.is_true(held:release())
+            client:close()
+            d:close()
+        end)
+
+        it("keeps fences increasing when the counter is lost under a client: FLUSHALL, restart", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            for _, fenced_first in ipairs { true, false } do
+                local client = redlock.new { servers = { s:url() } }
+                local last = 0
+                local function take()
+                    local lock = assert(client:acquire(helper.key()))
+                    assert.is_true(lock.fence > last, lock.fence .. " after " .. last)
+                    last = lock.fence
+                    assert.is_true(lock:release())
+                end
+                for _ = 1, 5 do take() end
+                -- lost while the connection stays: INCR starts again at 1
+                d:command("FLUSHALL")
+                take()
+                take()
+                -- lost with a restart (no persistence), same client
+                s:restart()
+                if not fenced_first then assert(client:acquire(helper.key(), { fence = false })):release() end
+                take()
+                take()
+                client:close()
+                d:close()
+                d = core.conn(s:spec())
+            end
+            d:close()
+        end)
+
+        it("raises the counter to the clock again after RAISED_MS without a grant", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            local a = redlock.new { servers = { s:url() } }
+            local b = redlock.new { servers = { s:url() } }
+            local la = assert(a:acquire(helper.key()))
+            assert.is_true(la:release())
+            local lb = assert(b:acquire(helper.key()))
+            assert.is_true(lb:release())
+            assert.is_true(lb.fence > la.fence)
+            -- b's grant lost (a failover to a replica that missed it): the
+            -- counter goes back to just above a's fence
+            d:command("SET", "redlock:fence", string.format("%.0f", la.fence + 1))
+            helper.sleep(scripted.RAISED_MS + 20)
+            local la2 = assert(a:acquire(helper.key()))
+            assert.is_true(la2.fence > lb.fence, la2.fence .. " after " .. lb.fence)
+            assert.is_true(la2:release())
+            a:close()
+            b:close()
+            d:close()
+        end)
+    end)
+
     it("fence = false: lock.fence is nil and no counter is touched, in every mode", function()
         local s = helper.start_server()
         local ls = helper.start_server { config = NO_SCRIPTING }

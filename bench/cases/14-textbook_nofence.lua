@@ -3,5 +3,6 @@ return dofile("bench/textbook.lua") {
     id = "tb_nofence",
     title = "fence = false vs textbook",
     opts = { fence = false },
-    commands = { evalsha = 2, get = 2, set = 1, del = 1, exists = 1 },
+    commands = { set = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
+    sent = { "set" },
 }

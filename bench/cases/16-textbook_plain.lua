@@ -4,5 +4,6 @@ return dofile("bench/textbook.lua") {
     id = "tb_plain",
     title = "fence, notify = false vs textbook",
     opts = { fence = false, notify = false },
-    commands = { evalsha = 2, get = 2, set = 1, del = 1, exists = 1 },
+    commands = { set = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
+    sent = { "set" },
 }

@@ -30,6 +30,9 @@ function _M.new(spec, mode)
         ops = spec.cluster and scripted or OPS[mode or "auto"],
         -- fence counters per slot, not per server (redlock.util.fence_counter)
         slot_fences = spec.cluster ~= nil,
+        -- the uncontended acquire may go without a script (conn:grant,
+        -- redlock.scripted.grant); a Cluster's takes the scripts' way
+        grants = spec.cluster == nil,
     }, Server)
 end
 
