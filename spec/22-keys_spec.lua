@@ -152,7 +152,17 @@ describe("keys the library leaves, and fences", function()
     describe("the acquire without a script", function()
         local scripted = require "redlock.scripted"
         local function calls(d, name)
-            return tonumber(d:command("INFO", "commandstats"):match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+            local info = d:command("INFO", "commandstats")
+            local n = tonumber(info:match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+            -- (2.6 and 2.8 count EVALSHA as eval)
+            if name == "evalsha" then n = n + tonumber(info:match("cmdstat_eval:calls=(%d+)") or "0") end
+            return n
+        end
+        -- Before Redis 3.2 a script cannot read TIME and write: the fence is
+        -- the counter alone, which starts again at 1 when lost (docs/fencing.md)
+        local function clocked(d)
+            local major, minor = d:command("INFO", "server"):match("redis_version:(%d+)%.(%d+)")
+            return tonumber(major) * 100 + tonumber(minor) >= 302
         end
 
         it("sends SET NX PX and INCR, and one script (the release)", function()
@@ -193,6 +203,7 @@ describe("keys the library leaves, and fences", function()
         it("keeps fences increasing when the counter is lost under a client: FLUSHALL, restart", function()
             local s = helper.start_server()
             local d = core.conn(s:spec())
+            if not clocked(d) then return d:close() end
             for _, fenced_first in ipairs { true, false } do
                 local client = redlock.new { servers = { s:url() } }
                 local last = 0
@@ -222,6 +233,7 @@ describe("keys the library leaves, and fences", function()
         it("raises the counter to the clock again after RAISED_MS without a grant", function()
             local s = helper.start_server()
             local d = core.conn(s:spec())
+            if not clocked(d) then return d:close() end
             local a = redlock.new { servers = { s:url() } }
             local b = redlock.new { servers = { s:url() } }
             local la = assert(a:acquire(helper.key()))
