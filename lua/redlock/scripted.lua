@@ -180,7 +180,15 @@ function _M.grant(server, key, token, ttl, unfenced, t0)
             _M.release(server, key, token)
             return nil, msg, "server"
         end
-        if connects ~= server.raised_conn or fence <= server.last_fence then return "script" end
+        local last = server.last_fence
+        if connects ~= server.raised_conn or fence <= last then
+            -- a new connection (a restart, a failover) or a counter that
+            -- went back: the script raises it to the clock, which is not
+            -- enough when it was lost within the millisecond of our last
+            -- grant; so first to past our last fence (never lowering it)
+            server:eval("fence_raise", 1, fence_key(key, false), format("%.0f", last))
+            return "script"
+        end
         raised(server, fence, connects)
         return true, fence
     end
