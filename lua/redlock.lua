@@ -156,13 +156,13 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
         return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
     end
     if server.grants and (server.refused ~= key or server.refused_until < t0) then
-        local ok, v, code = grant(server, key, token, ttl, unfenced, t0)
+        -- The fence's INCR runs after the SET, but maybe not right after it:
+        -- had the key expired in between, a next holder's INCR could have
+        -- come first. Then the answer comes after the validity ran out, and
+        -- grant does not use the fence: the script answers instead.
+        local ok, v, code = grant(server, key, token, ttl, unfenced, t0, expiry(client, t0, ttl))
         if ok == true then
-            -- The fence's INCR ran after the SET, but maybe not right after
-            -- it: had the key expired in between, a next holder's INCR could
-            -- have come first. Then the answer came after the validity ran
-            -- out, and the fence is not used: the script answers instead.
-            if unfenced or now() < expiry(client, t0, ttl) then return true, v end
+            return true, v
         elseif ok == false then
             server.refused, server.refused_until = key, t0 + REFUSED_MS
         elseif ok == nil then

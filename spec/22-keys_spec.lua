@@ -196,6 +196,12 @@ describe("keys the library leaves, and fences", function()
                 assert.matches("expires in %d+ ms", err)
             end
             assert.is_true(held:release())
+            -- a fence answered after the lock's validity ran out (here a 2 ms
+            -- ttl: at once) is not used: the script takes the grant again
+            evalsha = calls(d, "evalsha")
+            lock = assert(client:acquire(helper.key(), { ttl = 2 }))
+            assert.equal(1, calls(d, "evalsha") - evalsha)
+            assert.is_true(lock.fence > last)
             client:close()
             d:close()
         end)

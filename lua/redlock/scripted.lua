@@ -141,12 +141,12 @@ end
 -- and a failover: docs/fencing.md ("How a fence is made").
 _M.RAISED_MS = 100
 
--- A fenced grant on server's connection: the counter is at least the
--- clock's value of about now (the script raised it, or a grant on the same
--- connection came less than RAISED_MS after one that did or was itself
--- such a grant). connects: conn:connects() of that connection.
-local function raised(server, fence, connects)
-    server.raised_until = now() + _M.RAISED_MS
+-- A fenced grant on server's connection, answered at t: the counter is at
+-- least the clock's value of about then (the script raised it, or a grant
+-- on the same connection came less than RAISED_MS after one that did or
+-- was itself such a grant). connects: conn:connects() of that connection.
+local function raised(server, fence, connects, t)
+    server.raised_until = t + _M.RAISED_MS
     server.raised_conn = connects
     server.last_fence = fence
 end
@@ -161,8 +161,9 @@ end
 -- (with a fence that must not be used: taken on a new connection, or not
 -- above the last one this server gave us, e.g. after a FLUSHALL) holds our
 -- token, which the script takes as ours, with a fence of its own.
--- t0: before the request; the caller checks the validity (see redlock.lua).
-function _M.grant(server, key, token, ttl, unfenced, t0)
+-- t0: before the request; valid_until: when the lock's validity ends (a
+-- fence answered later is not used, see redlock.lua's first_attempt).
+function _M.grant(server, key, token, ttl, unfenced, t0, valid_until)
     local conn = server.conn
     if unfenced then
         local taken, err, code, stale = conn:grant(key, token, ms_string(ttl))
@@ -189,7 +190,9 @@ function _M.grant(server, key, token, ttl, unfenced, t0)
             server:eval("fence_raise", 1, fence_key(key, false), format("%.0f", last))
             return "script"
         end
-        raised(server, fence, connects)
+        local t = now()
+        if t >= valid_until then return "script" end
+        raised(server, fence, connects, t)
         return true, fence
     end
     if taken == 0 then return false end
@@ -207,7 +210,7 @@ function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then
         -- the script raised the counter to the clock (see RAISED_MS)
-        if v ~= 0 and server.grants then raised(server, v, server.conn:connects()) end
+        if v ~= 0 and server.grants then raised(server, v, server.conn:connects(), now()) end
         return true, v
     end
     if taken == 0 and v then
