@@ -597,13 +597,6 @@ static int conn_grant(lua_State *L) {
     return ret;
 }
 
-/* conn:connects(): how many connections this conn has made so far; a
- * change means a new connection (to a restarted server, or another). */
-static int conn_connects(lua_State *L) {
-    lua_pushnumber(L, (lua_Number)check_conn(L)->connects);
-    return 1;
-}
-
 /* Replica acknowledgement: the script and WAIT (or WAITAOF) in one write,
  * both replies read (wait.h). The reply timeout grows by the WAIT's own for
  * this call only: WAIT answers after at most w->timeout_ms. *r1 is the
@@ -819,6 +812,14 @@ static int conn_close(lua_State *L) {
 static int conn_connected(lua_State *L) {
     conn_ud *u = check_conn(L);
     lua_pushboolean(L, u->ctx != NULL);
+    return 1;
+}
+
+/* conn:connects() -> how many connections this conn has made (a new one
+ * since the last look: the server may have restarted with other settings). */
+static int conn_connects(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    lua_pushnumber(L, (lua_Number)u->connects);
     return 1;
 }
 
