@@ -6,6 +6,7 @@
 local helper = require "helper"
 local redlock = require "redlock"
 local now = require("redlock.core").now
+local scripted = require "redlock.scripted"
 
 local format, match = string.format, string.match
 
@@ -224,6 +225,10 @@ describe("mode auto", function()
             local renewed = assert(client:acquire(rkey, { ttl = 3000, renew = true }))
             assert.equal("script", client:mode())
             assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "-@scripting"))
+            -- past redlock.scripted.RAISED_MS since the last grant, the
+            -- next one runs the acquire script (within it, SET NX PX alone
+            -- would take it, and its release would meet the refusal)
+            helper.sleep(2 * scripted.RAISED_MS)
             local _, err = client:acquire(helper.key())
             assert.matches("detects its mode again", err)
             local other = assert(client:acquire(helper.key()))
