@@ -536,10 +536,21 @@ static int conn_grant(lua_State *L) {
     }
     r = (redisReply *)replies[0];
     if (r->type == REDIS_REPLY_ERROR) {
-        int stale = u->sentinels != NULL && redlock_sentinel_demoted(u, r->str, r->len);
-        if (!stale)
+        redlock_attempt a;
+        int stale;
+        redlock_attempt_start(&a, -1, 0, 0);
+        /* a master turned replica (the topology core's verdict): nothing was
+         * written; reported as a stale connection, sent once more */
+        stale = redlock_server_reply(&a, u->name, 0, u->sentinels != NULL, r->str, r->len) ==
+                REDLOCK_RELOAD;
+        if (stale) {
+            snprintf(u->err, ERRLEN, "%s", a.err);
+            free_ctx(u);
+            u->sentinels->checked_ms = 0;
+        } else {
             snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
                      (int)(r->len > 200 ? 200 : r->len), r->str);
+        }
         freeReplyObject(r);
         if (counter != NULL)
             freeReplyObject(replies[1]);
