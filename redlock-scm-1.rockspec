@@ -71,6 +71,8 @@ build = {
             "csrc/slot.c",
             "csrc/tls.c",
             "csrc/token.c",
+            "csrc/topo.c",
+            "csrc/topo_lua.c",
             "csrc/wait.c",
          },
          incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },

@@ -18,6 +18,7 @@
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"
+#include "topo_lua.h"
 
 /* token() -> 32 lowercase hex chars of 128 random bits from the OS */
 static int core_token(lua_State *L) {
@@ -100,6 +101,7 @@ int luaopen_redlock_core(lua_State *L) {
     redlock_renew_open(L);
     redlock_proc_open(L);
     redlock_slot_open(L);
+    redlock_topo_open(L);
     redlock_pushnull(L);
     lua_setfield(L, -2, "null");
     redlock_defaults_push(L);

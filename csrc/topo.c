@@ -88,6 +88,11 @@ void redlock_cmd_use_eval(redlock_cmd *c) {
 
 int redlock_reply_noscript(const char *err, size_t len) { return starts(err, len, "NOSCRIPT"); }
 
+int redlock_reply_redirect(const char *err, size_t len) {
+    return starts(err, len, "MOVED ") || starts(err, len, "ASK ") || starts(err, len, "TRYAGAIN") ||
+           starts(err, len, "CLUSTERDOWN");
+}
+
 int redlock_reply_demoted(const char *err, size_t len) {
     return has_word(err, len, "READONLY") || has_word(err, len, "replica instance");
 }

@@ -83,6 +83,8 @@ int redlock_command_slot(int argc, const char **argv, const size_t *argvlen);
 
 /* The pieces of a reply every topology reads alike. */
 int redlock_reply_noscript(const char *err, size_t len);
+/* A Cluster's refusal: MOVED, ASK, TRYAGAIN, CLUSTERDOWN (not run). */
+int redlock_reply_redirect(const char *err, size_t len);
 /* READONLY (a write refused by a replica, in a script too), or WAIT on a
  * replica ("WAIT cannot be used with replica instances"). */
 int redlock_reply_demoted(const char *err, size_t len);

@@ -19,7 +19,7 @@ local ngx_cluster = require "redlock.ngx_cluster"
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
-local now = core.now
+local now, topo_reply, role_verdict, TOPO = core.now, core.topo_reply, core.role_verdict, core.topo_rules
 local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, ipairs, pcall =
     setmetatable, select, type, error, tostring, ipairs, pcall
@@ -172,11 +172,12 @@ local function keep_reader(self, r)
 end
 
 -- Reads the next reply: true, reply values (a server error is nil,
--- message, "server"); or nil, error text of the socket.
-local function next_reply(sock, rd)
+-- message, "server"); or nil, error text of the socket. raw: the reply as a
+-- core reply (reader:get(true)), for the topology core.
+local function next_reply(sock, rd, raw)
     local err
     while true do
-        local v, msg, code = rd:get()
+        local v, msg, code = rd:get(raw)
         if v ~= false then return true, v, msg, code end
         local data
         data, err = sock:receiveany(READ_SIZE)
@@ -186,10 +187,10 @@ local function next_reply(sock, rd)
 end
 
 -- Sends one request and reads one reply (as next_reply).
-local function exchange(sock, rd, req)
+local function exchange(sock, rd, req, raw)
     local sent, err = sock:send(req)
     if not sent then return nil, err end
-    return next_reply(sock, rd)
+    return next_reply(sock, rd, raw)
 end
 
 -- WAIT's answer (replica acknowledgement, redlock.replicas) as the C
@@ -225,7 +226,8 @@ local function setup(self, sock, rd, limit)
     -- one (a failover may be under way); if not, the next try asks again
     if self.sentinel then steps[#steps + 1] = { "ROLE", encode("ROLE") } end
     for _, step in ipairs(steps) do
-        local ok, v, msg, code = exchange(sock, rd, step[2])
+        local role = step[1] == "ROLE"
+        local ok, v, msg, code = exchange(sock, rd, step[2], role)
         if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
         if v == nil then
             if code == "server" then
@@ -235,11 +237,16 @@ local function setup(self, sock, rd, limit)
             end
             return nil, msg, code
         end
-        if step[1] == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
-            ngx_sentinel.forget(self)
-            return nil, format("connection: %s: the sentinels name a server that is not a master"
-                .. " (ROLE: %s)", self.name, type(v) == "table" and tostring(v[1]) or "?"),
-                "connection", true
+        if role then
+            -- the topology core's reading: a master; not one yet (another
+            -- round); or ROLE refused (final)
+            local master, why = role_verdict(v, self.name)
+            v:free()
+            if master ~= 1 then
+                ngx_sentinel.forget(self)
+                if master == 0 then return nil, why, "connection", true end
+                return nil, why, "server"
+            end
         end
     end
     return true
@@ -388,28 +395,35 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     local limit = self.timeout
     local who = node and view(self, node) or self
     local err, code
-    if not sock then
-        local timed_out
-        sock, err, timed_out, limit = connect(self, tmo, node)
-        if not sock then return nil, err, "connection", false, timed_out end
-        reused = sock:getreusedtimes() > 0
-    end
     local rd = reader(self)
-    if not reused then
-        local ok, retry
-        ok, err, code, retry = setup(who, sock, rd, limit)
-        if not ok then
-            sock:close()
-            return nil, err, code, retry == true
+    -- a Sentinel's master that ROLE says is not one yet: the sentinels are
+    -- asked again, in the topology core's rounds (csrc/topo.h)
+    for round = 1, self.sentinel and not sock and TOPO.role_rounds or 1 do
+        if not sock then
+            local timed_out
+            sock, err, timed_out, limit = connect(self, tmo, node)
+            if not sock then return nil, err, "connection", false, timed_out end
+            reused = sock:getreusedtimes() > 0
         end
-        self.made = self.made + 1
+        if reused then break end
+        local ok, again
+        ok, err, code, again = setup(who, sock, rd, limit)
+        if ok then
+            self.made = self.made + 1
+            break
+        end
+        sock:close()
+        sock = nil
+        if not again or round == TOPO.role_rounds then return nil, err, code, false end
+        rd = new_reader() -- (the failed exchange may have left bytes in it)
+        _M.sleep(TOPO.role_pause)
     end
     local ok, v, msg, wres
     if w then
         limit = limit + w.ms
         sock:settimeouts(limit, limit, limit)
         ok, v, msg, code = exchange_asking(sock, rd, req .. w.req, ask)
-        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+        if ok and v == nil and script and code == "server" and topo_reply("noscript", msg) then
             ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
             if ok then
                 ok, v, msg, code = exchange_asking(sock, rd,
@@ -431,7 +445,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             else
                 wres = format("server: %s: unexpected reply to WAIT", who.name)
             end
-        elseif ok and v == nil and code == "server" and node and ngx_cluster.redirection(self, msg) then
+        elseif ok and v == nil and code == "server" and node and topo_reply("redirect", msg) then
             -- the script did not run there: WAIT's reply (due after up to
             -- its timeout when the node lacks the replicas) is not worth
             -- waiting for; the connection goes instead
@@ -444,7 +458,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         end
     else
         ok, v, msg, code = exchange_asking(sock, rd, req, ask)
-        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
+        if ok and v == nil and script and code == "server" and topo_reply("noscript", msg) then
             ok, v, msg, code = exchange_asking(sock, rd, encode("EVAL", script.source, nkeys, ...), ask)
         end
     end
@@ -460,7 +474,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         sock:close()
         return nil, format("connection: %s: %s", who.name, msg), code, false
     end
-    if v == nil and self.sentinel and ngx_sentinel.demoted(msg) then
+    if v == nil and self.sentinel and topo_reply("demoted", msg) then
         -- the master became a replica: nothing was written, a retry asks
         -- the sentinels where the master is now
         pinned[co] = nil
@@ -483,84 +497,49 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     return v, wres
 end
 
--- Redirections followed at once; past these a request waits a little
--- before each further one (nodes that disagree while a slot changes hands
--- send it back and forth), until its time limit (csrc/cluster.c's rule).
-local QUICK_TRIES = 3
+local SLOTS = encode("CLUSTER", "SLOTS")
 
--- One command to one node of a Cluster (CLUSTER SLOTS), once more on a
--- new connection when the pooled one was stale.
-local function cluster_exchange(self, node, ...)
-    local cmd, req = command_name((...)), encode(...)
-    local r, err, code, stale = attempt(self, node, false, cmd, req, nil, nil)
-    if r == nil and stale then r, err, code = attempt(self, node, false, cmd, req, nil, nil) end
-    return r, err, code
+-- CLUSTER SLOTS on a connection to a Cluster node, for the topology core
+-- (redlock.ngx_cluster's load): the reply as a core reply, or nil,
+-- message, code, stale.
+local function query(self, node)
+    local sock, err, _, limit = connect(self, nil, node)
+    if not sock then return nil, err, "connection", false end
+    local who = view(self, node)
+    local reused = sock:getreusedtimes() > 0
+    local rd = reader(self)
+    if not reused then
+        local ok, code
+        ok, err, code = setup(who, sock, rd, limit)
+        if not ok then
+            sock:close()
+            return nil, err, code, false
+        end
+        self.made = self.made + 1
+    end
+    local ok, v, msg, code = exchange(sock, rd, SLOTS, true)
+    if not ok then
+        sock:close()
+        return nil, io_failure(who, v, "waiting for a reply", limit), "connection", reused and v ~= "timeout"
+    end
+    if v == nil then -- a protocol error
+        sock:close()
+        return nil, format("connection: %s: %s", who.name, msg), code, false
+    end
+    keep_reader(self, rd)
+    if not sock:setkeepalive(self.keepalive_timeout, self.pool_size) then sock:close() end
+    return v
 end
 
--- attempt for a server of a Cluster: the request goes to the master of
--- slot (any node for -1), and MOVED, ASK, TRYAGAIN and CLUSTERDOWN are
--- followed as csrc/cluster.c does, within the time limit (tmo, or the
--- server's timeout): MOVED reloads the map, but believes MOVED for the
--- slot; ASK sends ASKING and the request to the node named; TRYAGAIN and
--- CLUSTERDOWN pause 5..40 ms and try again; an unreachable node gets the
--- map reloaded from another node before one more try. Every request
--- repeated this way is safe to repeat: a script finding our own token
--- counts it as ours.
+-- attempt for a server of a Cluster: the request goes where the topology
+-- core says (redlock.ngx_cluster.route drives it), within the time limit
+-- (tmo, or the server's timeout).
 local function routed(self, slot, cmd, req, tmo, w, script, nkeys, ...)
-    local deadline = now() + (tmo or self.timeout)
-    local tries, pause, ask_node, reloaded = 0, 5, nil, false
-    while true do
-        local node, ask = ask_node, ask_node ~= nil
-        if not node then
-            local err, code
-            node, err, code = ngx_cluster.node_for(self, slot, cluster_exchange)
-            if not node then return nil, err, code end
-        end
-        ask_node = nil
-        local v, err, code, stale, timed_out, raw =
-            attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
-        if v ~= nil then return v, err end
-        local kind, s, target
-        if code == "server" then kind, s, target = ngx_cluster.redirection(self, raw) end
-        if kind then
-            if kind == "moved" or kind == "ask" then tries = tries + 1 end
-            if kind == "tryagain" or kind == "down" or tries > QUICK_TRIES then
-                -- a slot half migrated, a failover under way: passes on
-                -- its own, so it is retried until the time limit
-                if now() + pause > deadline then return nil, err, code end
-                ngx.sleep(pause / 1000)
-                if pause < 40 then pause = pause * 2 end
-            end
-            if kind == "moved" then
-                -- a resharding moves many slots: reload the whole map
-                ngx_cluster.forget(self)
-                ngx_cluster.load(self, cluster_exchange)
-                if target then ngx_cluster.moved(self, s, target) end
-            elseif kind == "ask" then
-                if not target then
-                    return nil, format("server: %s: unreadable ASK redirection", self.name), "server"
-                end
-                ask_node = target
-            elseif kind == "down" then
-                ngx_cluster.forget(self) -- the map may change with the failover
-            end
-        elseif code == "connection" and not stale and not reloaded and not self.pinned[running()]
-            and now() < deadline then
-            -- the node may be gone (failover): ask another for the map
-            reloaded = true
-            if slot < 0 then
-                if ngx_cluster.any_node(self, node) == node then return nil, err, code, stale, timed_out end
-            else
-                ngx_cluster.forget(self)
-                if not ngx_cluster.load(self, cluster_exchange)
-                    or ngx_cluster.node_for(self, slot, cluster_exchange) == node then
-                    return nil, err, code, stale, timed_out
-                end
-            end
-        else
-            return nil, err, code, stale, timed_out
-        end
+    local n, args = select("#", ...), { ... }
+    local function send(node, ask)
+        return attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, unpack(args, 1, n))
     end
+    return ngx_cluster.route(self, slot, tmo or self.timeout, self.pinned[running()] ~= nil, send, query)
 end
 
 local function closed()

@@ -1,18 +1,20 @@
---- Redis Sentinel inside nginx: where a Sentinel-managed server's master is,
--- asked over cosockets (redlock.cosocket's connections use it; outside the
--- yieldable phases the C core does the same over hiredis, see
--- csrc/sentinel.c). The sentinels are asked in turn, each with a short
+--- Redis Sentinel inside nginx: the cosocket driver of the topology core's
+-- Sentinel rules (csrc/topo.c, through core.sentinel_answer,
+-- core.sentinel_failure and core.role_verdict: the same reading of the
+-- sentinels' answers and of ROLE, and the same messages, as csrc/sentinel.c
+-- over hiredis). The sentinels are asked in turn, each with a short
 -- timeout; the one that answers goes to the front. The address is kept per
 -- worker for sentinel_check ms, and, when nginx.conf has
 -- `lua_shared_dict redlock_sentinel 1m;`, shared by all workers for as long,
 -- so that a burst of requests does not ask the sentinels once per request.
--- A ROLE check on every new connection and READONLY replies make the
--- server forget the address (redlock.cosocket). Internal.
+-- A ROLE check on every new connection (in the core's rounds) and READONLY
+-- replies make the server forget the address (redlock.cosocket). Internal.
 local core = require "redlock.core"
 
 local ngx = rawget(_G, "ngx")
 local encode, new_reader, now = core.encode, core.reader, core.now
-local format, concat, tostring, type = string.format, table.concat, tostring, type
+local sentinel_answer, sentinel_failure = core.sentinel_answer, core.sentinel_failure
+local format, concat, tostring = string.format, table.concat, tostring
 local match, min = string.match, math.min
 local ipairs, tonumber, insert, remove = ipairs, tonumber, table.insert, table.remove
 
@@ -85,17 +87,16 @@ local function ask(st, node)
             return nil, err
         end
     end
-    local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name))
-    if not done then
+    local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name),
+        true)
+    if not done or v == nil then
         sock:close()
-        return nil, format("connection: %s: %s", node.name, tostring(v))
+        return nil, format("connection: %s: %s", node.name, tostring(done and msg or v))
     end
     sock:setkeepalive(core.defaults.keepalive_timeout, 4)
-    if v == core.null then return false end
-    if type(v) == "table" and type(v[1]) == "string" and tonumber(v[2]) then
-        return v[1], tonumber(v[2])
-    end
-    return nil, format("server: %s: %s", node.name, msg or "not a sentinel's answer")
+    local host, port = sentinel_answer(v, node.name) -- the core's reading
+    v:free()
+    return host, port
 end
 
 -- Asks the sentinels in turn: host, port or nil, message.
@@ -112,13 +113,7 @@ local function locate(st)
             why[#why + 1] = port
         end
     end
-    local reasons = concat(why, "; ")
-    if unknown > 0 then
-        return nil, format("connection: sentinel:%s: master name unknown: %d of %d sentinels monitor "
-            .. "no master of that name%s", st.master_name, unknown, #nodes,
-            reasons ~= "" and (" (" .. reasons .. ")") or "")
-    end
-    return nil, format("connection: sentinel:%s: no sentinel reachable (%s)", st.master_name, reasons)
+    return nil, sentinel_failure(st.master_name, unknown, #nodes, concat(why, "; "))
 end
 
 --- The master's address for server (a redlock.cosocket server with
@@ -158,12 +153,6 @@ function _M.forget(server)
     st.host, st.port, st.checked = nil, nil, -math.huge
     local dict = ngx.shared[DICT]
     if dict then dict:delete(st.dict_key) end
-end
-
---- Whether a server error says the node is a replica now.
-function _M.demoted(msg)
-    return type(msg) == "string" and (msg:find("READONLY", 1, true) ~= nil
-        or msg:find("replica instance", 1, true) ~= nil)
 end
 
 return _M
