@@ -171,6 +171,8 @@ int redlock_cluster_exchange(redlock_conn *u, redlock_cmd *cmd, const redlock_wa
                 break;
         }
         same = 0;
+        if (node == NULL) /* (not reached: GO names a node; for the analyzer) */
+            break;
         if (a.asking) { /* ASKING on the connection the command goes on next */
             const char *ask[1] = {"ASKING"};
             size_t asklen[1] = {6};

@@ -356,7 +356,7 @@ static void take_replies(batch *b, slot *s) {
                                            s->u->sentinels != NULL, r->str, r->len);
         else
             v = REDLOCK_DONE;
-        if (v == REDLOCK_EVAL) {
+        if (v == REDLOCK_EVAL && b->script != NULL) { /* (EVAL answers a script only) */
             freeReplyObject(r);
             s->skip = b->wlen > 0;
             if (s->asking) { /* the EVAL goes to an ASK's node too */

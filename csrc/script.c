@@ -1,19 +1,15 @@
-/* Script registry: texts from scripts.h, named by SHA-1 for EVALSHA. */
+/* Script registry: the texts of scripts/NAME.lua (csrc/scripts_gen.h), named by
+ * SHA-1 for EVALSHA. */
 #include "scripts.h"
 
 #include <string.h>
 
 #include "sha1.h"
 
-static redlock_script scripts[] = {
-    {"acquire", REDLOCK_SCRIPT_ACQUIRE, ""},
-    {"release", REDLOCK_SCRIPT_RELEASE, ""},
-    {"extend", REDLOCK_SCRIPT_EXTEND, ""},
-    {"status", REDLOCK_SCRIPT_STATUS, ""},
-    {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
-    {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
-    {NULL, NULL, ""},
-};
+/* every scripts/NAME.lua (csrc/scripts_gen.h) */
+#define SCRIPT(name, text) {name, text, ""},
+static redlock_script scripts[] = {REDLOCK_SCRIPT_LIST(SCRIPT){NULL, NULL, ""}};
+#undef SCRIPT
 
 redlock_script *redlock_scripts(void) {
     redlock_script *s;
