@@ -101,8 +101,9 @@ static int io_error(conn_ud *u, int saved_errno, const char *doing) {
         snprintf(u->err, ERRLEN, "connection: %s: timed out after %d ms %s",
                  u->name, u->timeout_ms, doing);
     else
-        snprintf(u->err, ERRLEN, "connection: %s: lost the connection %s (%s)",
-                 u->name, doing, u->ctx ? u->ctx->errstr : "no context");
+        snprintf(u->err, ERRLEN, "connection: %s: lost the connection %s (%s%s)",
+                 u->name, doing, u->ctx ? u->ctx->errstr : "no context",
+                 redlock_tls_plain_hint(u, u->ctx != NULL && !u->answered));
     return timed_out;
 }
 
@@ -112,8 +113,12 @@ static int flush_obuf(conn_ud *u);
 /* redisGetReply, but reading through the TLS session when there is one. */
 static int get_reply(conn_ud *u, void **reply) {
     char buf[16384];
-    if (u->ssl == NULL)
-        return redisGetReply(u->ctx, reply);
+    if (u->ssl == NULL) {
+        int rc = redisGetReply(u->ctx, reply);
+        if (rc == REDIS_OK)
+            u->answered = 1;
+        return rc;
+    }
     *reply = NULL;
     for (;;) {
         long n;
@@ -175,6 +180,7 @@ int redlock_conn_connect_direct(conn_ud *u) {
         return E_CONNECTION;
     }
     u->gen = redlock_fork_generation();
+    u->answered = 0;
     if (u->ctx->err) {
         if (strstr(u->ctx->errstr, "timed out") != NULL)
             snprintf(u->err, ERRLEN, "connection: %s: could not connect (timed out after %d ms)",

@@ -20,6 +20,7 @@ typedef struct redlock_conn {
     int port, db;
     int connect_timeout_ms, timeout_ms;
     int closed;
+    int answered; /* ctx has read a reply (a reset before that: see tls.h's plain hint) */
     unsigned gen; /* the fork generation (token.h) ctx was made in */
     redlock_tls *tls;               /* NULL: plaintext */
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */

@@ -408,6 +408,12 @@ describe("OpenResty (nginx + Lua module)", function()
             _, t = tls_get({ tls_port = plain.port })
             assert.equal("connection", t.code, t.err)
             assert.matches("TLS handshake failed", t.err)
+            -- and the other way round: a plain connection to a TLS port
+            ngx_server:expect_error("&plain=1 HTTP") -- nginx logs the reset
+            _, t = tls_get(plain, "&plain=1")
+            assert.equal("connection", t.code, t.err)
+            assert.matches("127%.0%.0%.1:" .. plain.tls_port .. ": lost the connection .*the server may want TLS "
+                .. "%(rediss://%)", t.err)
             -- verify off: the name no longer matters
             _, t = tls_get(plain, "&name=wrong.example&insecure=1")
             assert.matches("^%x+$", t.token or "", t.err)

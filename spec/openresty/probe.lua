@@ -162,11 +162,11 @@ end
 --- GET /tls?port=P&key=K[&cert=F&pkey=F][&name=N][&insecure=1]: a client
 -- over TLS (cosockets: nginx's lua_ssl_trusted_certificate); holds lock K
 -- (60 s) and answers its token, or code and err.
-function _M.tls()
+function _M.tls() -- (&plain=1: no TLS, a plain connection to that port)
     local args = ngx.req.get_uri_args()
     local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
-        tls = { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
-                verify = args.insecure == nil } } } }
+        tls = args.plain == nil and { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
+                verify = args.insecure == nil } or nil } } }
     say_try(c, args.key)
 end
 
