@@ -191,6 +191,8 @@ int redlock_conn_connect_direct(conn_ud *u) {
         free_ctx(u);
         return E_CONNECTION;
     }
+    if (u->on_socket != NULL)
+        u->on_socket(u->on_socket_arg, u->ctx->fd);
     if (u->timeout_ms > 0 && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK) {
         snprintf(u->err, ERRLEN, "connection: %s: could not set the timeout (%s)", u->name,
                  u->ctx->errstr);

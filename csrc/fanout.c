@@ -172,6 +172,8 @@ static void start_connect(slot *s) {
         fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", c->errstr);
         return;
     }
+    if (u->on_socket != NULL)
+        u->on_socket(u->on_socket_arg, c->fd);
     if (u->password != NULL) {
         const char *argv[3] = {"AUTH", u->username, u->password};
         int argc = 3;
