@@ -248,6 +248,12 @@ end
 -- jitter; either way never past the holder's expiry (the reply's pttl) nor
 -- past the deadline. A woken waiter that a newcomer beats waits again with
 -- what is left of its budget.
+-- It ends at the deadline, not a round trip or two after it: no request is
+-- sent whose answer cannot come by then (one round trip, the fastest an
+-- attempt took; two for an attempt of a waiter in the queue, which must
+-- leave the queue after a refusal), and the last block ends that much
+-- earlier. Leaving the queue learns of a hand-off that came meanwhile, so
+-- a release at the last moment still hands over.
 local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
     local hook = o.on_event
     local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
@@ -267,13 +273,20 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
     local deadline = start + wait
     local v = pttl
     local t0 = start -- before each attempt
+    -- one round trip: the fastest attempt so far (the first may include
+    -- a connect); 0 until one is measured
+    local rtt = attempts > 0 and now() - start or 0
     -- before the attempt whose refusal a hand-off's server time counts from
     -- (redlock.notify; an attempt that failed, e.g. TRYAGAIN, is no refusal)
     local t_refused = start
     local waited, relisted = false, false
     while true do
+        -- what an attempt costs from here to the end: its round trip, and
+        -- leaving the queue after it (a notified waiter is in the queue
+        -- after the attempt that follows)
+        local need = notified and 2 * rtt or rtt
         local left = deadline - now()
-        if left <= 0 then
+        if left <= need then
             -- a waiter that gives up leaves the waiters queue now, not when
             -- the queue expires (releases would keep choosing it)
             local lock = waiting and leave(client, key, token, o, renew, t_refused)
@@ -283,7 +296,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             return ended(client, o, key, start, attempts, nil, err, code)
         end
         if not (notified and waiting == nil) then
-            local bound = left
+            local bound = left - need
             if v >= 0 and v + 1 < bound then bound = v + 1 end
             if notified and bound > RECHECK_MS then bound = RECHECK_MS end
             local blocked, fence, since
@@ -306,25 +319,31 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             waited = true
         end
         t0 = now()
-        -- how long its next block lasts at most (at least 1 ms): its place
-        -- in the queue lasts that long (and a second) without a new attempt
-        if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
-        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep,
-            hook)
-        attempts = attempts + 1
-        if ok then
-            if server and not waited then server.contended = nil end
-            return ended(client, o, key, start, attempts, taken(client, key, token, v2, o, renew, t0, where2))
+        if deadline - t0 > need then
+            -- how long its next block lasts at most (at least 1 ms): its place
+            -- in the queue lasts that long (and a second) without a new attempt
+            if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
+            local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep,
+                hook)
+            attempts = attempts + 1
+            local took = now() - t0
+            if rtt == 0 or took < rtt then rtt = took end
+            if ok then
+                if server and not waited then server.contended = nil end
+                return ended(client, o, key, start, attempts,
+                    taken(client, key, token, v2, o, renew, t0, where2))
+            end
+            if ok == false then
+                v, where, t_refused = v2, where2, t0
+            elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
+                local lock = waiting and leave(client, key, token, o, renew, t_refused)
+                if lock then return ended(client, o, key, start, attempts, lock) end
+                return ended(client, o, key, start, attempts, failed(key, v2, where2))
+            end
+            -- (TRYAGAIN: a Cluster slot half migrated for longer than the
+            -- timeout; nothing ran, and the wait goes on as for a holder)
         end
-        if ok == false then
-            v, where, t_refused = v2, where2, t0
-        elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
-            local lock = waiting and leave(client, key, token, o, renew, t_refused)
-            if lock then return ended(client, o, key, start, attempts, lock) end
-            return ended(client, o, key, start, attempts, failed(key, v2, where2))
-        end
-        -- (TRYAGAIN: a Cluster slot half migrated for longer than the
-        -- timeout; nothing ran, and the wait goes on as for a holder)
+        -- (no time for an attempt: the loop's start gives up)
     end
 end
 

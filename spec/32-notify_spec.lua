@@ -325,6 +325,26 @@ describe("notified waiting", function()
         other:close()
     end)
 
+    it("a waiter that times out sends nothing it cannot finish by its deadline: it joins the queue, "
+        .. "blocks, and leaves (no last attempt after the block)", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local seen = {}
+        local c = redlock.new { servers = { server:url() }, on_event = function(ev) seen[#seen + 1] = ev end }
+        assert(assert(c:acquire(helper.key())):release()) -- connected, scripts loaded
+        local before = evalsha_calls()
+        local none, err, code = c:acquire(key, { wait = 300 })
+        assert.is_nil(none)
+        assert.equal("timeout", code, err)
+        -- the refused first attempt, the one that joins the queue, GIVE_UP
+        assert.equal(3, evalsha_calls() - before)
+        assert.equal("timeout", seen[#seen].type)
+        assert.equal(2, seen[#seen].attempts)
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:waiters"))
+        assert.is_true(lock:release())
+        c:close()
+    end)
+
     it("an uncontended acquire and release are two EVALSHA and no wake-up commands", function()
         local function calls()
             local info, t = data:command("INFO", "commandstats"), {}
