@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -274,6 +275,14 @@ void redlock_conn_before_use(redlock_conn *u) {
         redlock_sentinel_recheck(u, u->sentinels->check_ms);
 }
 
+/* Whether the command blocks on the server until an element comes (a
+ * waiter's BLPOP). */
+static int is_blocking(int argc, const char **argv, const size_t *argvlen) {
+    size_t len = argvlen != NULL ? argvlen[0] : strlen(argv[0]);
+    return argc > 0 && len == 5 && (strncasecmp(argv[0], "BLPOP", 5) == 0 ||
+                                    strncasecmp(argv[0], "BRPOP", 5) == 0);
+}
+
 /* One round trip. On failure u->err holds the message, the context is
  * dropped (the next call reconnects), and *stale says whether a retry on a
  * fresh connection is sensible. */
@@ -305,6 +314,24 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     }
     if (cmd != stack)
         free(cmd);
+    if (u->sentinels != NULL && is_blocking(argc, argv, argvlen) &&
+        (u->ssl == NULL || SSL_pending(u->ssl) == 0) && flush_obuf(u) == 0) {
+        /* BLPOP on the master: a failover the sentinels announce ends the
+         * wait at once (the caller asks again, on the new master) */
+        int w = redlock_sentinel_await(u);
+        if (w <= 0) {
+            if (w < 0)
+                snprintf(u->err, ERRLEN,
+                         "connection: %s: the master moved (+switch-master) during the wait",
+                         u->name);
+            else
+                snprintf(u->err, ERRLEN, "connection: %s: timed out after %d ms waiting for a reply",
+                         u->name, u->timeout_ms);
+            *stale = w < 0 ? 2 : 0;
+            free_ctx(u);
+            return E_CONNECTION;
+        }
+    }
     if (flush_obuf(u) != 0 || get_reply(u, &reply) != REDIS_OK) {
         saved = errno;
         timed_out = io_error(u, saved, "waiting for a reply");
@@ -388,7 +415,10 @@ static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
     lua_pushnil(L);
     lua_pushstring(L, u->err);
     lua_pushstring(L, code_words[code]);
-    lua_pushboolean(L, stale);
+    if (stale == 2)
+        lua_pushliteral(L, "moved"); /* a Sentinel switch ended a BLPOP (truthy: retry) */
+    else
+        lua_pushboolean(L, stale);
     return 4;
 }
 
@@ -836,6 +866,8 @@ static int opt_sentinels(lua_State *L, conn_ud *u) {
     if (s == NULL)
         return luaL_error(L, "out of memory");
     s->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
+    if (redlock_sentinels_subscribe(s) != 0)
+        return luaL_error(L, "out of memory");
     s->master_name = dup_or_null(L, master);
     s->nodes = calloc((size_t)n, sizeof(redlock_conn *));
     if (s->nodes == NULL)
@@ -985,6 +1017,8 @@ static int conn_clone(lua_State *L) {
     lua_setmetatable(L, -2);
     if (copy_settings(u, src) != 0)
         return luaL_error(L, "out of memory"); /* __gc frees the partial copy */
+    if (src->sentinels != NULL) /* same thread: the same +switch-master subscription */
+        redlock_sentinels_share(u->sentinels, src->sentinels);
     return 1;
 }
 

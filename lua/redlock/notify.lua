@@ -109,6 +109,8 @@ function _M.wait(server, key, ms, token)
     if ms < 1 then ms = 1 end
     conn:set_timeout(ms + server.waiter_timeout)
     local r, _, code, stale = blpop(conn, key, token, ms)
+    -- the sentinels announced a failover: try again at once, on the new master
+    if r == nil and stale == "moved" then return true end
     if r == nil and stale then r, _, code = blpop(conn, key, token, ms) end
     if r == nil then
         if code == "server" then server.no_notify = true end
