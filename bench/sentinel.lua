@@ -105,8 +105,8 @@ for f = 1, FAILOVERS do
     assert(switched_at, "no +switch-master seen in failover " .. f)
     stale_locks[kind][#stale_locks[kind] + 1] = after
     print(format("  failover %d (%s): first lock on the new master %.1f ms after the first +switch-master "
-        .. "(%d locks on the old master after it)", f,
-        kind == 1 and "the client's sentinel leads" or "another leads", follow[kind][#follow[kind]] or -1, after))
+        .. "(%d locks on the old master after it)", f, kind == 1 and "the client's sentinel leads"
+        or "another leads", follow[kind][#follow[kind]] or -1, after))
     -- the old master rejoins as a replica before the next failover
     local old_server = new_server == master and replica or master
     assert(helper.eventually(30000, function()
