@@ -260,17 +260,25 @@ function _M.renewing()
     ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))
 end
 
---- GET /sentinel?url=U&key=K[&n=N]: a client on U (redis+sentinel://)
+--- GET /sentinel?url=U&key=K[&n=N][&check=MS]: a client on U (redis+sentinel://;
+-- check: the table form with that sentinel_check)
 -- takes lock K N times (default once, released each time but the last,
 -- held 60 s) over cosockets; answers the last token and where it was
 -- taken, or code and err.
 local sentinel_clients = {}
 function _M.sentinel()
     local args = ngx.req.get_uri_args()
-    local c = sentinel_clients[args.url]
+    local id = args.url .. "|" .. (args.check or "")
+    local c = sentinel_clients[id]
     if not c then
-        c = redlock.new { servers = { args.url }, connect_timeout = 500 }
-        sentinel_clients[args.url] = c
+        local server = args.url
+        if args.check then -- the table form, with its sentinel_check
+            server = require("redlock.options").parse_url(args.url)
+            for i, s in ipairs(server.sentinels) do server.sentinels[i] = s.host .. ":" .. s.port end
+            server.sentinel_check = tonumber(args.check)
+        end
+        c = redlock.new { servers = { server }, connect_timeout = 500 }
+        sentinel_clients[id] = c
     end
     local n = tonumber(args.n) or 1
     for i = 1, n do
