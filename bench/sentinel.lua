@@ -80,6 +80,7 @@ for f = 1, FAILOVERS do
     local switched_at, after = nil, 0
     local deadline = core.now() + 30000
     while core.now() < deadline do
+        local iter = core.now()
         if not switched_at then
             for _, w in ipairs(watchers) do
                 if w.poll(new_server.port) then
@@ -95,6 +96,9 @@ for f = 1, FAILOVERS do
             local at = tonumber(conn:name():match(":(%d+)%)$"))
             lock:release()
             if at == new_server.port then
+                -- the client saw the announcement first (after this
+                -- iteration's look): it came after iter
+                if not switched_at then switched_at = iter end
                 if switched_at then follow[kind][#follow[kind] + 1] = t - switched_at end
                 break
             elseif switched_at then
