@@ -16,6 +16,8 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +277,39 @@ void redlock_conn_before_use(redlock_conn *u) {
         redlock_sentinel_recheck(u, u->sentinels->check_ms);
 }
 
+/* Waits until u's reply can be read, with poll(): precise to the ms, where
+ * SO_RCVTIMEO's timer, for a wait of seconds, may fire tens of ms late (a
+ * waiter's last block ends at its deadline), and watching the +switch-master
+ * subscription of a Sentinel-managed conn too. 1: readable; 0: u's reply
+ * timeout passed; -1: the master moved. */
+static int await_reply(conn_ud *u) {
+    double deadline = u->timeout_ms > 0 ? redlock_mono_ms() + u->timeout_ms : -1;
+    if (u->ssl != NULL && SSL_pending(u->ssl) > 0)
+        return 1;
+    for (;;) {
+        struct pollfd p[2];
+        int sub = redlock_sentinel_sub_fd(u), nfds = sub >= 0 ? 2 : 1, left = -1, r;
+        if (deadline >= 0) {
+            left = (int)ceil(deadline - redlock_mono_ms());
+            if (left <= 0)
+                return 0;
+        }
+        p[0].fd = u->ctx->fd;
+        p[0].events = POLLIN;
+        p[0].revents = 0;
+        p[1].fd = sub;
+        p[1].events = POLLIN;
+        p[1].revents = 0;
+        r = poll(p, (nfds_t)nfds, left);
+        if (r < 0 && errno != EINTR)
+            return 1; /* the read says what failed */
+        if (r > 0 && p[0].revents != 0)
+            return 1;
+        if (r > 0 && nfds == 2 && p[1].revents != 0 && redlock_sentinel_moved(u))
+            return -1;
+    }
+}
+
 /* Whether the command blocks on the server until an element comes (a
  * waiter's BLPOP). */
 static int is_blocking(int argc, const char **argv, const size_t *argvlen) {
@@ -314,11 +349,11 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     }
     if (cmd != stack)
         free(cmd);
-    if (u->sentinels != NULL && is_blocking(argc, argv, argvlen) &&
-        (u->ssl == NULL || SSL_pending(u->ssl) == 0) && flush_obuf(u) == 0) {
-        /* BLPOP on the master: a failover the sentinels announce ends the
-         * wait at once (the caller asks again, on the new master) */
-        int w = redlock_sentinel_await(u);
+    if (is_blocking(argc, argv, argvlen) && flush_obuf(u) == 0) {
+        /* BLPOP: ends at its time exactly, and, on a Sentinel-managed
+         * master, at once when the sentinels announce a failover (the
+         * caller asks again, on the new master) */
+        int w = await_reply(u);
         if (w <= 0) {
             if (w < 0)
                 snprintf(u->err, ERRLEN,

@@ -8,8 +8,6 @@
 #include "sentinel.h"
 
 #include <errno.h>
-#include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,18 +148,37 @@ static int sub_open(const redlock_sentinel_sub *sub) {
 static void on_message(redlock_sentinels *s, const redisReply *r) {
     redlock_sentinel_sub *sub = s->sub;
     const redisReply *m;
-    char name[256], host[256];
-    int port = 0;
+    const char *w[5];
+    size_t len[5], name = strlen(s->master_name);
+    const char *p;
+    char *end;
+    long port;
+    int i;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
         strcmp(r->element[0]->str, "message") != 0)
         return;
     m = r->element[2];
-    if (m->type != REDIS_REPLY_STRING || m->len >= 600 ||
-        sscanf(m->str, "%255s %*s %*d %255s %d", name, host, &port) != 3 ||
-        strcmp(name, s->master_name) != 0 || port < 1 || port > 65535)
+    if (m->type != REDIS_REPLY_STRING)
         return;
-    memcpy(sub->host, host, strlen(host) + 1);
-    sub->port = port;
+    /* the five words (hiredis ends the string with a NUL) */
+    for (i = 0, p = m->str; i < 5; i++) {
+        while (*p == ' ')
+            p++;
+        w[i] = p;
+        while (*p != ' ' && *p != '\0')
+            p++;
+        len[i] = (size_t)(p - w[i]);
+        if (len[i] == 0)
+            return;
+    }
+    if (len[0] != name || memcmp(w[0], s->master_name, name) != 0 || len[3] >= sizeof sub->host)
+        return;
+    port = strtol(w[4], &end, 10);
+    if (end != w[4] + len[4] || port < 1 || port > 65535)
+        return;
+    memcpy(sub->host, w[3], len[3]);
+    sub->host[len[3]] = '\0';
+    sub->port = (int)port;
     sub->switches++;
 }
 
@@ -245,36 +262,12 @@ static int switched(redlock_sentinels *s) {
     return 1;
 }
 
-int redlock_sentinel_await(redlock_conn *u) {
-    redlock_sentinels *s = u->sentinels;
-    double deadline = u->timeout_ms > 0 ? redlock_mono_ms() + u->timeout_ms : -1;
-    if (s == NULL || !sub_open(s->sub) || u->ctx == NULL)
-        return 1;
-    for (;;) {
-        struct pollfd p[2];
-        int nfds = sub_open(s->sub) ? 2 : 1, left = -1, r;
-        if (deadline >= 0) {
-            left = (int)ceil(deadline - redlock_mono_ms());
-            if (left <= 0)
-                return 0;
-        }
-        p[0].fd = u->ctx->fd;
-        p[0].events = POLLIN;
-        p[0].revents = 0;
-        if (nfds == 2) {
-            p[1].fd = s->sub->conn->ctx->fd;
-            p[1].events = POLLIN;
-            p[1].revents = 0;
-        }
-        r = poll(p, (nfds_t)nfds, left);
-        if (r < 0 && errno != EINTR)
-            return 1; /* the read says what failed */
-        if (r > 0 && p[0].revents != 0)
-            return 1;
-        if (r > 0 && nfds == 2 && p[1].revents != 0 && switched(s))
-            return -1;
-    }
+int redlock_sentinel_sub_fd(const redlock_conn *u) {
+    const redlock_sentinels *s = u->sentinels;
+    return s != NULL && sub_open(s->sub) ? s->sub->conn->ctx->fd : -1;
 }
+
+int redlock_sentinel_moved(redlock_conn *u) { return u->sentinels != NULL && switched(u->sentinels); }
 
 /* 1 when ROLE says master, 0 when not (u->err says what), -1 on failure. */
 static int is_master(redlock_conn *u) {

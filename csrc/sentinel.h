@@ -57,11 +57,12 @@ void redlock_sentinel_recheck(struct redlock_conn *u, double max_age_ms);
  * sentinels again. The command was not carried out: a retry is safe. */
 int redlock_sentinel_demoted(struct redlock_conn *u, const char *err, size_t len);
 
-/* Before a command's reply is read on u (a Sentinel-managed conn whose
- * subscription is open): waits for the reply, or for a +switch-master that
- * names u's master. 1: the reply is there to read; 0: u's reply timeout
- * passed; -1: the master moved (drop u: the command went to the old one). */
-int redlock_sentinel_await(struct redlock_conn *u);
+/* For a wait on u's socket (a BLPOP): the socket of u's +switch-master
+ * subscription, to watch too, or -1 (none open, or u is no Sentinel conn);
+ * and, once that socket is readable, whether it announced that u's master
+ * moved (1: drop u, the command went to the old master). */
+int redlock_sentinel_sub_fd(const struct redlock_conn *u);
+int redlock_sentinel_moved(struct redlock_conn *u);
 
 /* A deep copy (the nodes' settings, not their sockets), without a
  * subscription; NULL: no memory. */

@@ -299,8 +299,8 @@ describe("renewal", function()
         end)
 
         -- Whether a process is stopped (SIGSTOP) now.
-        local function frozen_now(server)
-            local f = io.open("/proc/" .. server.pid .. "/stat")
+        local function frozen_now(s)
+            local f = io.open("/proc/" .. s.pid .. "/stat")
             local state = f:read("*l"):match("^%d+ %b() (%a)")
             f:close()
             return state == "T"

@@ -207,7 +207,8 @@ local function io_failure(self, err, doing, limit, fresh)
     if err == "timeout" then
         return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
     end
-    local hint = fresh and not self.spec.tls and not self.path and "; the server may want TLS (rediss://)" or ""
+    local hint = fresh and not self.spec.tls and not self.path and "; the server may want TLS (rediss://)"
+        or ""
     return format("connection: %s: lost the connection %s (%s%s)", self.name, doing, tostring(err), hint)
 end
 

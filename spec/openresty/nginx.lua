@@ -203,8 +203,8 @@ function Nginx:errors()
     local out = {}
     for line in (read(self.dir .. "/error.log") or ""):gmatch("[^\n]+") do
         local bind_retry = line:find("bind() to ", 1, true) and line:find("(98: Address already in use)", 1, true)
-        if not bind_retry and not expected(self, line) and (line:find("%[error%]") or line:find("%[crit%]") or line:find("%[alert%]")
-            or line:find("%[emerg%]")) then
+        if not bind_retry and not expected(self, line) and (line:find("%[error%]") or line:find("%[crit%]")
+            or line:find("%[alert%]") or line:find("%[emerg%]")) then
             out[#out + 1] = line
         end
     end
