@@ -15,7 +15,9 @@
  *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
  *   one after another)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
- *             [, replicas, replica_timeout, aof])  -> renewal, id
+ *             [, replicas, replica_timeout, aof [, {legacy, ...}]])  -> renewal, id
+ *   ({legacy, ...}: this lock's servers' flags, as for core.renewer; by
+ *   default the renewer's)
  *   (replicas >= 1 or aof: each extend waits for that many replicas, WAIT
  *   or WAITAOF in the same write as the script, and counts on a server only
  *   when they acknowledged: a lock that asked for replicas keeps no
@@ -91,6 +93,8 @@ typedef struct entry {
     double ttl, interval, drift_factor, expires, hold_until, next_due;
     int quorum;
     int waits;          /* extends wait for replicas (wait) */
+    int any_legacy;     /* some server is extended the legacy way */
+    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
     redlock_wait wait;
     unsigned long renewals, failures;
     char err[ERRLEN];
@@ -108,8 +112,8 @@ struct renewer {
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
     int timeout_ms;       /* the fan-out's per-server limit (Redlock), 0: none */
-    int any_legacy;       /* some server is renewed the legacy way */
-    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
+    int any_legacy;       /* the legacy flags of entries added without their own */
+    unsigned char legacy[MAX_SERVERS];
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
     struct track *tracks; /* (renewer, i) of each server, for a Cluster's nodes */
@@ -685,12 +689,12 @@ static void renew_one(renewer *r, entry *e, double now) {
 
     recheck_all(r, e->interval / 2);
     t0 = mono_ms();
-    if (n >= 2 && r->timeout_ms > 0 && !r->any_legacy) {
+    if (n >= 2 && r->timeout_ms > 0 && !e->any_legacy) {
         extend_all(r, e, ttl, &yes, &no, err);
     } else {
         /* one server, or some in legacy mode: one after another */
         for (i = 0; i < n && !stopping; i++) {
-            int v = r->legacy[i] ? legacy_extend_on(r, i, e, ext, ttl, err) : extend_on(r, i, e, ttl, err);
+            int v = e->legacy[i] ? legacy_extend_on(r, i, e, ext, ttl, err) : extend_on(r, i, e, ttl, err);
             if (v == 1)
                 yes++;
             else if (v == 0)
@@ -1011,7 +1015,8 @@ static lua_Number check_ms(lua_State *L, int arg, lua_Number lo) {
     return v;
 }
 
-/* renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor) */
+/* renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
+ *              [, replicas, replica_timeout, aof [, {legacy, ...}]]) */
 static int renewer_add(lua_State *L) {
     renewer *r;
     renewal_ud *h;
@@ -1024,7 +1029,7 @@ static int renewer_add(lua_State *L) {
     lua_Integer quorum = luaL_checkinteger(L, 7);
     lua_Number drift = luaL_checknumber(L, 8);
     lua_Integer replicas = luaL_optinteger(L, 9, 0), wait_ms = luaL_optinteger(L, 10, 1000);
-    int aof = lua_toboolean(L, 11), rc = 0;
+    int aof = lua_toboolean(L, 11), rc = 0, i;
     luaL_argcheck(L, drift >= 0 && drift < 1, 8, "out of range");
     luaL_argcheck(L, replicas >= 0 && replicas <= 1000000, 9, "out of range");
     luaL_argcheck(L, wait_ms >= 1 && wait_ms <= 86400000, 10, "out of range");
@@ -1057,6 +1062,18 @@ static int renewer_add(lua_State *L) {
     e->wait.timeout_ms = (int)wait_ms;
     e->wait.aof = aof;
     e->next_due = mono_ms() + e->interval;
+    /* legacy flags of this lock (the server's mode when it was taken: mode
+     * "auto" may change it later), else the renewer's */
+    for (i = 0; i < r->nservers; i++) {
+        if (lua_istable(L, 12)) {
+            lua_rawgeti(L, 12, i + 1);
+            e->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        } else {
+            e->legacy[i] = r->legacy[i];
+        }
+        e->any_legacy |= e->legacy[i];
+    }
 
     pthread_mutex_lock(&r->mu);
     if (!r->started)
