@@ -44,6 +44,10 @@ int redlock_cluster_target(struct redlock_conn *u, redlock_attempt *a, struct re
  * callback its socket, if u has one. */
 void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
 
+/* Sets c's track callback, and makes it every node's on_socket (conn.h),
+ * those added later too. */
+void redlock_cluster_set_track(redlock_cluster *c, void (*track)(void *arg, int fd), void *arg);
+
 /* Loads the slot map unless it is current: 0, or a conn.c code with u->err. */
 int redlock_cluster_ensure(struct redlock_conn *u);
 

@@ -36,8 +36,10 @@ static void untrack(renewer *r, int i) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Connects server i unless connected, and records a dup of the socket so
- * that close() can shut it down. -1 when stopping or on failure. */
+/* Connects server i unless connected; the socket's dup that close() shuts
+ * down is taken by renew_track_node (the conn's on_socket) as soon as the
+ * socket exists, before AUTH and the TLS handshake. -1 when stopping or on
+ * failure. */
 static int connect_tracked(renewer *r, int i, char *err) {
     redlock_conn *c = r->conns[i];
     int stopping;
@@ -53,11 +55,9 @@ static int connect_tracked(renewer *r, int i, char *err) {
     }
     if (redlock_conn_ensure(c) != 0) {
         snprintf(err, ERRLEN, "%s", c->err);
+        untrack(r, i); /* the dup of a socket that failed during its set-up */
         return -1;
     }
-    pthread_mutex_lock(&r->mu);
-    r->dupfd[i] = dup(conn_fd(c)); /* -1: close just waits longer */
-    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 

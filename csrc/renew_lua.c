@@ -84,9 +84,14 @@ static int renewer_new(lua_State *L) {
          * and their sockets are tracked for close() */
         redlock_conn_set_timeouts(ud->r->conns[i], ud->r->conns[i]->connect_timeout_ms,
                                   ud->r->conns[i]->timeout_ms);
+        /* every socket the thread opens is dup'ed as soon as it exists, so
+         * that close() never waits for a connection's set-up (a Cluster's
+         * nodes, which carry its commands, too) */
         if (ud->r->conns[i]->cluster != NULL) {
-            ud->r->conns[i]->cluster->track = renew_track_node;
-            ud->r->conns[i]->cluster->track_arg = &ud->r->tracks[i];
+            redlock_cluster_set_track(ud->r->conns[i]->cluster, renew_track_node, &ud->r->tracks[i]);
+        } else {
+            ud->r->conns[i]->on_socket = renew_track_node;
+            ud->r->conns[i]->on_socket_arg = &ud->r->tracks[i];
         }
         /* the fan-out's limit: the longest of the (capped) reply timeouts */
         if (i == 0 || ud->r->conns[i]->timeout_ms > ud->r->timeout_ms)

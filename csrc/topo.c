@@ -453,6 +453,42 @@ void redlock_sentinel_failure(char *err, size_t errlen, const char *master, int 
                  why);
 }
 
+int redlock_sentinel_switch(const char *msg, size_t len, char *name, size_t namelen, char *host,
+                            size_t hostlen, int *port) {
+    const char *w[5], *p = msg, *end = msg + len;
+    size_t wl[5];
+    long v = 0;
+    size_t i;
+    int k;
+    for (k = 0; k < 5; k++) {
+        while (p < end && *p == ' ')
+            p++;
+        w[k] = p;
+        while (p < end && *p != ' ')
+            p++;
+        wl[k] = (size_t)(p - w[k]);
+        if (wl[k] == 0)
+            return -1;
+    }
+    while (p < end && *p == ' ')
+        p++;
+    if (p != end || wl[0] >= namelen || wl[3] >= hostlen || wl[4] > 5)
+        return -1;
+    for (i = 0; i < wl[4]; i++) {
+        if (w[4][i] < '0' || w[4][i] > '9')
+            return -1;
+        v = v * 10 + (w[4][i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -1;
+    memcpy(name, w[0], wl[0]);
+    name[wl[0]] = '\0';
+    memcpy(host, w[3], wl[3]);
+    host[wl[3]] = '\0';
+    *port = (int)v;
+    return 0;
+}
+
 int redlock_role_verdict(const redisReply *r, const char *name, char *err, size_t errlen) {
     const redisReply *role = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
     if (role != NULL && role->type != REDIS_REPLY_STRING)

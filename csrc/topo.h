@@ -200,6 +200,12 @@ void redlock_sentinel_failure(char *err, size_t errlen, const char *master, int 
  * refused (err: "server: ... ROLE failed", final). */
 int redlock_role_verdict(const redisReply *r, const char *name, char *err, size_t errlen);
 
+/* A +switch-master message, "<name> <old ip> <old port> <new ip> <new
+ * port>": 0 with the master's name and its new address (NUL-terminated in
+ * the caller's buffers), or -1 when it is not one (or does not fit). */
+int redlock_sentinel_switch(const char *msg, size_t len, char *name, size_t namelen, char *host,
+                            size_t hostlen, int *port);
+
 /* Appends "; msg" (or msg) to why (a buffer of whylen), truncating. */
 void redlock_append_why(char *why, size_t whylen, const char *msg);
 

@@ -19,6 +19,7 @@
  *   Cluster's refusal ("redirect") or a master turned replica ("demoted")
  * core.sentinel_answer(reply, sentinel) -> host, port | false | nil, why
  * core.sentinel_failure(master, unknown, n, why) -> message
+ * core.sentinel_switch(payload) -> name, host, port of a +switch-master | nil
  * core.role_verdict(reply, name) -> 1 | 0, msg | -1, msg
  * core.topo_rules: {role_rounds, role_pause} */
 #include <string.h>
@@ -295,6 +296,22 @@ static int sentinel_failure(lua_State *L) {
     return 1;
 }
 
+/* sentinel_switch(payload) -> name, host, port | nil */
+static int sentinel_switch(lua_State *L) {
+    size_t len;
+    const char *msg = luaL_checklstring(L, 1, &len);
+    char name[256], host[256];
+    int port = 0;
+    if (redlock_sentinel_switch(msg, len, name, sizeof name, host, sizeof host, &port) != 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushstring(L, name);
+    lua_pushstring(L, host);
+    lua_pushinteger(L, port);
+    return 3;
+}
+
 static int role_verdict(lua_State *L) {
     char err[REDLOCK_TOPO_ERRLEN];
     int v = redlock_role_verdict(redlock_check_raw_reply(L, 1), luaL_checkstring(L, 2), err,
@@ -331,6 +348,7 @@ void redlock_topo_open(lua_State *L) {
         {"topo_reply", topo_reply},
         {"sentinel_answer", sentinel_answer},
         {"sentinel_failure", sentinel_failure},
+        {"sentinel_switch", sentinel_switch},
         {"role_verdict", role_verdict},
         {NULL, NULL},
     };

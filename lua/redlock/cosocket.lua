@@ -203,11 +203,16 @@ local function wait_counts(v)
     return nil
 end
 
-local function io_failure(self, err, doing, limit)
+-- fresh: nothing was read yet on this new connection. A TLS port resets a
+-- plain client that speaks RESP to it: say so (csrc/tls.c's
+-- redlock_tls_plain_hint, the counterpart of the handshake's message).
+local function io_failure(self, err, doing, limit, fresh)
     if err == "timeout" then
         return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
     end
-    return format("connection: %s: lost the connection %s (%s)", self.name, doing, tostring(err))
+    local hint = fresh and not self.spec.tls and not self.path and "; the server may want TLS (rediss://)"
+        or ""
+    return format("connection: %s: lost the connection %s (%s%s)", self.name, doing, tostring(err), hint)
 end
 
 -- Runs AUTH and SELECT on a connection that is new (not from the pool).
@@ -225,10 +230,10 @@ local function setup(self, sock, rd, limit)
     -- Sentinel: a new connection checks that the master it was told of is
     -- one (a failover may be under way); if not, the next try asks again
     if self.sentinel then steps[#steps + 1] = { "ROLE", encode("ROLE") } end
-    for _, step in ipairs(steps) do
+    for i, step in ipairs(steps) do
         local role = step[1] == "ROLE"
         local ok, v, msg, code = exchange(sock, rd, step[2], role)
-        if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
+        if not ok then return nil, io_failure(self, v, step[1], limit, i == 1), "connection" end
         if v == nil then
             if code == "server" then
                 msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
@@ -249,7 +254,7 @@ local function setup(self, sock, rd, limit)
             end
         end
     end
-    return true
+    return true, #steps
 end
 
 ngx_sentinel.init({ exchange = exchange, handshake = handshake, setup = setup })
@@ -396,6 +401,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     local who = node and view(self, node) or self
     local err, code
     local rd = reader(self)
+    local fresh = false -- a new connection that has read nothing yet
     -- a Sentinel's master that ROLE says is not one yet: the sentinels are
     -- asked again, in the topology core's rounds (csrc/topo.h)
     for round = 1, self.sentinel and not sock and TOPO.role_rounds or 1 do
@@ -409,6 +415,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         local ok, again
         ok, err, code, again = setup(who, sock, rd, limit)
         if ok then
+            fresh = err == 0
             self.made = self.made + 1
             break
         end
@@ -466,7 +473,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         pinned[co] = nil
         sock:close()
         -- no retry on a pinned connection: a fresh one lacks its WATCH state
-        return nil, io_failure(who, v, "waiting for a reply", limit), "connection",
+        return nil, io_failure(who, v, "waiting for a reply", limit, fresh), "connection",
             reused and not was_pinned and v ~= "timeout", v == "timeout"
     end
     if v == nil and code ~= "server" then -- protocol error: the stream is lost

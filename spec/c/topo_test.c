@@ -232,6 +232,15 @@ int main(void) {
     check(redlock_role_verdict(r, "sentinel:m", err, sizeof err) == 1, "ROLE: a master");
     freeReplyObject(r);
 
+    {
+        char name[32], h[32];
+        const char *msg = "mymaster 127.0.0.1 6379 127.0.0.1 6380";
+        check(redlock_sentinel_switch(msg, strlen(msg), name, sizeof name, h, sizeof h, &port) == 0 &&
+                  strcmp(name, "mymaster") == 0 && strcmp(h, "127.0.0.1") == 0 && port == 6380 &&
+                  redlock_sentinel_switch("m 1 2 3", 7, name, sizeof name, h, sizeof h, &port) == -1,
+              "+switch-master: the master's name and new address; anything else is no switch");
+    }
+
     printf("1..%d\n", n_test);
     return failed;
 }
