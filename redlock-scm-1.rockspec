@@ -58,6 +58,8 @@ build = {
             "csrc/clock.c",
             "csrc/cluster.c",
             "csrc/conn.c",
+            "csrc/conn_lua.c",
+            "csrc/conn_opts.c",
             "csrc/core.c",
             "csrc/defaults.c",
             "csrc/fanout.c",
