@@ -58,6 +58,7 @@ build = {
             "csrc/clock.c",
             "csrc/cluster.c",
             "csrc/conn.c",
+            "csrc/conn_io.c",
             "csrc/conn_lua.c",
             "csrc/conn_opts.c",
             "csrc/core.c",

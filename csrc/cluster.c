@@ -71,7 +71,7 @@ static redlock_conn *node_conn(redlock_conn *u, int i) {
     redlock_cluster *c = u->cluster;
     while (c->n <= i && c->n < c->map->n) {
         const redlock_topo_node *t = &c->map->nodes[c->n];
-        redlock_conn *node = redlock_conn_clone(c->nodes[0]);
+        redlock_conn *node = redlock_conn_clone_io(c->nodes[0]);
         if (node == NULL)
             return NULL;
         free(node->host);
@@ -79,7 +79,7 @@ static redlock_conn *node_conn(redlock_conn *u, int i) {
         node->port = t->port;
         snprintf(node->name, sizeof node->name, "%s", t->name);
         if (node->host == NULL || add_conn(c, node) != 0) {
-            redlock_conn_free(node);
+            redlock_conn_free_io(node);
             return NULL;
         }
     }
@@ -93,7 +93,7 @@ static int no_memory(redlock_conn *u) {
 
 void redlock_cluster_track(redlock_conn *u, redlock_conn *node) {
     redlock_cluster *c = u->cluster;
-    if (c->track != NULL && redlock_conn_ensure(node) == 0 && node->ctx != NULL)
+    if (c->track != NULL && redlock_conn_ensure_io(node) == 0 && node->ctx != NULL)
         c->track(c->track_arg, node->ctx->fd);
 }
 
@@ -248,9 +248,9 @@ redlock_cluster *redlock_cluster_copy(const redlock_cluster *src) {
         return NULL;
     for (i = 0; i < src->map->n && i < src->n; i++) {
         /* the seeds (and nodes learned since: the map is loaded afresh) */
-        redlock_conn *node = redlock_conn_clone(src->nodes[i]);
+        redlock_conn *node = redlock_conn_clone_io(src->nodes[i]);
         if (node == NULL || redlock_cluster_add(c, node) != 0) {
-            redlock_conn_free(node);
+            redlock_conn_free_io(node);
             redlock_cluster_free(c);
             return NULL;
         }
@@ -263,7 +263,7 @@ void redlock_cluster_free(redlock_cluster *c) {
     if (c == NULL)
         return;
     for (i = 0; i < c->n; i++)
-        redlock_conn_free(c->nodes[i]);
+        redlock_conn_free_io(c->nodes[i]);
     free(c->nodes);
     redlock_map_free(c->map);
     free(c);

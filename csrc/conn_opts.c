@@ -129,6 +129,7 @@ static int opt_sentinels(lua_State *L, conn_ud *u) {
     s = u->sentinels = calloc(1, sizeof *u->sentinels);
     if (s == NULL)
         return luaL_error(L, "out of memory");
+    u->hooks = &redlock_sentinel_hooks; /* its connection finds the master through them */
     s->check_ms = opt_int(L, 1, "sentinel_check", REDLOCK_DEFAULT_SENTINEL_CHECK, 1, 86400000);
     if (redlock_sentinels_subscribe(s) != 0)
         return luaL_error(L, "out of memory");
@@ -181,10 +182,10 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
             redlock_cluster *c = u->cluster;
             int failed;
             u->cluster = NULL;
-            failed = redlock_conn_copy_settings(node, u);
+            failed = redlock_conn_copy_io(node, u);
             u->cluster = c;
             if (failed) {
-                redlock_conn_destroy(node);
+                redlock_conn_destroy_io(node);
                 free(node);
                 node = NULL;
             }
@@ -198,7 +199,7 @@ static int opt_cluster(lua_State *L, conn_ud *u) {
         }
         if (node == NULL || node->host == NULL || redlock_cluster_add(u->cluster, node) != 0) {
             if (node != NULL) {
-                redlock_conn_destroy(node);
+                redlock_conn_destroy_io(node);
                 free(node);
             }
             return luaL_error(L, "out of memory");

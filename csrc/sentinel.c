@@ -31,7 +31,7 @@ static int ask(redlock_conn *node, int argc, const char **argv, redisReply **out
     int rc, stale = 0;
     redlock_attempt_start(&a, -1, 0, 0);
     do
-        rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
+        rc = redlock_conn_trip1(node, argc, argv, NULL, out, &stale);
     while (rc != 0 && redlock_stale_verdict(&a, stale, node->err) == REDLOCK_RESEND);
     return rc;
 }
@@ -111,7 +111,7 @@ static int set_address(redlock_conn *u, const char *host, int port) {
 
 static void sub_close(redlock_sentinel_sub *sub) {
     if (sub->conn != NULL) {
-        redlock_conn_free(sub->conn);
+        redlock_conn_free_io(sub->conn);
         sub->conn = NULL;
     }
 }
@@ -194,11 +194,11 @@ static void sub_ensure(redlock_sentinels *s) {
         return;
     sub->retry_at = t + s->check_ms;
     sub_close(sub);
-    sub->conn = redlock_conn_clone(s->nodes[sub->next % s->n]);
+    sub->conn = redlock_conn_clone_io(s->nodes[sub->next % s->n]);
     sub->next = (sub->next + 1) % s->n;
     if (sub->conn == NULL)
         return;
-    ok = redlock_conn_round_trip(sub->conn, 2, argv, NULL, &r, &stale) == 0 &&
+    ok = redlock_conn_trip1(sub->conn, 2, argv, NULL, &r, &stale) == 0 &&
          r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
          r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "subscribe") == 0;
     if (r != NULL)
@@ -233,7 +233,7 @@ static int is_master(redlock_conn *u) {
     const char *argv[1] = {"ROLE"};
     redisReply *r = NULL;
     int stale = 0, v;
-    if (redlock_conn_round_trip(u, 1, argv, NULL, &r, &stale) != 0)
+    if (redlock_conn_trip1(u, 1, argv, NULL, &r, &stale) != 0)
         return -1;
     v = redlock_role_verdict(r, u->name, u->err, ERRLEN);
     freeReplyObject(r);
@@ -342,7 +342,7 @@ redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
         return NULL;
     }
     for (i = 0; i < src->n; i++) {
-        s->nodes[i] = redlock_conn_clone(src->nodes[i]);
+        s->nodes[i] = redlock_conn_clone_io(src->nodes[i]);
         if (s->nodes[i] == NULL) {
             redlock_sentinels_free(s);
             return NULL;
@@ -377,8 +377,13 @@ void redlock_sentinels_free(redlock_sentinels *s) {
         free(s->sub);
     }
     for (i = 0; i < s->n; i++)
-        redlock_conn_free(s->nodes[i]);
+        redlock_conn_free_io(s->nodes[i]);
     free(s->nodes);
     free(s->master_name);
     free(s);
 }
+
+static void recheck_hook(redlock_conn *u) { redlock_sentinel_recheck(u, u->sentinels->check_ms); }
+
+const redlock_conn_hooks redlock_sentinel_hooks = {redlock_sentinel_connect, recheck_hook,
+                                                   redlock_sentinel_sub_fd, redlock_sentinel_moved};

@@ -67,4 +67,9 @@ int redlock_sentinels_subscribe(redlock_sentinels *s);
 void redlock_sentinels_share(redlock_sentinels *dst, const redlock_sentinels *src);
 void redlock_sentinels_free(redlock_sentinels *s);
 
+/* A Sentinel conn's hooks (conn.h): connect through the sentinels, the
+ * periodic re-check, the +switch-master socket. */
+struct redlock_conn_hooks;
+extern const struct redlock_conn_hooks redlock_sentinel_hooks;
+
 #endif
