@@ -47,6 +47,7 @@ build = {
       ["redlock.ngx_pubsub"] = "lua/redlock/ngx_pubsub.lua",
       ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
       ["redlock.ngx_cluster"] = "lua/redlock/ngx_cluster.lua",
+      ["redlock.ngx_conn"] = "lua/redlock/ngx_conn.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",
       ["redlock.replicas"] = "lua/redlock/replicas.lua",
       ["redlock.scripted"] = "lua/redlock/scripted.lua",

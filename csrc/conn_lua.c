@@ -88,6 +88,24 @@ static int conn_command(lua_State *L) {
     return push_outcome(L, u, rc, stale, r, 0);
 }
 
+/* EVALSHA of script s with nkeys and the argc keys and args from stack
+ * slot first, into *cmd (its EVAL form for NOSCRIPT: redlock_cmd_use_eval);
+ * numkeys formatted in nkeys_s rather than as a Lua string per call. -1
+ * when out of memory. Never raises. */
+static int script_cmd(lua_State *L, int first, int argc, const redlock_script *s, int nkeys,
+                      char *nkeys_s, redlock_argv *a, redlock_cmd *cmd) {
+    if (redlock_argv_init(L, first, argc, 3, a) != 0)
+        return -1;
+    *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
+    a->v[2] = nkeys_s;
+    a->len[2] = strlen(nkeys_s);
+    cmd->argc = argc + 3;
+    cmd->argv = a->v;
+    cmd->argvlen = a->len;
+    redlock_cmd_evalsha(cmd, s->sha, s->source);
+    return 0;
+}
+
 /* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
  * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL
  * (csrc/topo.c's rule), which also loads it again for the next EVALSHA. spread: see
@@ -107,16 +125,8 @@ static int eval(lua_State *L, int spread) {
     argc = top > 3 ? redlock_check_argv(L, 4, top) : 0; /* keys and args */
     if (u->closed)
         return push_closed(L);
-    if (redlock_argv_init(L, 4, argc, 3, &a) != 0)
+    if (script_cmd(L, 4, argc, s, nkeys, nkeys_s, &a, &cmd) != 0)
         return luaL_error(L, "out of memory");
-    /* numkeys, formatted here rather than as a Lua string per call */
-    *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
-    a.v[2] = nkeys_s;
-    a.len[2] = strlen(nkeys_s);
-    cmd.argc = argc + 3;
-    cmd.argv = a.v;
-    cmd.argvlen = a.len;
-    redlock_cmd_evalsha(&cmd, s->sha, s->source);
     rc = redlock_conn_exchange(u, &cmd, NULL, &r, &none, &stale);
     redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r, spread);
@@ -294,15 +304,8 @@ static int conn_eval_wait(lua_State *L) {
     w.replicas = (int)n;
     w.timeout_ms = (int)ms;
     w.aof = aof;
-    if (redlock_argv_init(L, 7, argc, 3, &a) != 0)
+    if (script_cmd(L, 7, argc, s, nkeys, nkeys_s, &a, &cmd) != 0)
         return luaL_error(L, "out of memory");
-    *redlock_put_decimal(nkeys_s, (size_t)nkeys) = '\0';
-    a.v[2] = nkeys_s;
-    a.len[2] = strlen(nkeys_s);
-    cmd.argc = argc + 3;
-    cmd.argv = a.v;
-    cmd.argvlen = a.len;
-    redlock_cmd_evalsha(&cmd, s->sha, s->source);
     rc = redlock_conn_exchange(u, &cmd, &w, &r1, &r2, &stale);
     redlock_argv_free(&a);
     if (r1 == NULL)

@@ -108,14 +108,25 @@ typedef struct {
     int wait_ms;
 } batch;
 
+/* argv[0..1]: EVALSHA of script (the topology core's form of a script command). */
+static void evalsha(const redlock_script *script, int argc, const char **argv, size_t *argvlen) {
+    redlock_cmd cmd;
+    cmd.argc = argc;
+    cmd.argv = argv;
+    cmd.argvlen = argvlen;
+    redlock_cmd_evalsha(&cmd, script->sha, script->source);
+}
+
 /* The EVAL form of the batch's script (see batch); 0, or -1 when out of
  * memory. */
 static int encode_eval(batch *b) {
     char *alt = NULL;
-    b->argv[0] = "EVAL";
-    b->argvlen[0] = 4;
-    b->argv[1] = b->script->source;
-    b->argvlen[1] = strlen(b->script->source);
+    redlock_cmd cmd;
+    cmd.argc = b->argc;
+    cmd.argv = b->argv;
+    cmd.argvlen = b->argvlen;
+    cmd.source = b->script->source;
+    redlock_cmd_use_eval(&cmd); /* (the topology core's EVAL form) */
     b->altlen = redlock_encode(NULL, 0, b->argc, b->argv, b->argvlen, &alt);
     if (b->altlen < 0)
         return -1;
@@ -802,12 +813,8 @@ static int fanout_common(lua_State *L, const redlock_script *script, int name,
     if (redlock_argv_alloc(L, first, argc, prefix, &argv, &argvlen) != 0)
         return luaL_error(L, "out of memory");
     b.slots = (slot *)calloc((size_t)n, sizeof(slot));
-    if (script != NULL) {
-        argv[0] = "EVALSHA";
-        argvlen[0] = 7;
-        argv[1] = script->sha;
-        argvlen[1] = 40;
-    }
+    if (script != NULL)
+        evalsha(script, argc + prefix, argv, argvlen);
     b.cmdlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
     b.cmd = b.cmdlen < 0 ? NULL : cmd;
     b.script = script;
@@ -847,10 +854,7 @@ static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_s
         if (b.wlen < 0)
             return -1;
     }
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = script->sha;
-    argvlen[1] = 40;
+    evalsha(script, argc, argv, argvlen);
     b.cmdlen = redlock_encode(NULL, 0, argc, argv, argvlen, &cmd);
     b.cmd = b.cmdlen < 0 ? NULL : cmd;
     b.script = script;
