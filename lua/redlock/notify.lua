@@ -37,7 +37,8 @@ local options = require "redlock.options"
 local util = require "redlock.util"
 
 local companion_key = util.companion_key
-local format, ceil, match, tonumber = string.format, math.ceil, string.match, tonumber
+local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
+local ceil, floor = math.ceil, math.floor
 
 local _M = {}
 
@@ -80,12 +81,32 @@ function _M.handed(server, element)
     return tonumber(fence), since
 end
 
-local function blpop(conn, key, token, ms)
-    -- seconds with ms resolution: Redis >= 6 takes a fraction; 0 would
-    -- block forever, so ms is at least 1
-    local secs = format("%.3f", ms / 1000)
+local function blpop(conn, key, token, secs)
     if token then return conn:command("BLPOP", handoff_key(key, token), wake_key(key), secs) end
     return conn:command("BLPOP", wake_key(key), secs)
+end
+
+-- Redis before 6.0 takes BLPOP's timeout in whole seconds only, and says
+-- so: "ERR timeout is not an integer or out of range".
+local WHOLE_SECONDS_BEFORE = 60000
+local function whole_seconds_only(err)
+    return type(err) == "string" and find(err, "not an integer", 1, true) ~= nil
+end
+
+-- BLPOP's timeout for a block of at most ms (>= 1): seconds with ms
+-- resolution ("0.250"; 0 would block forever), or on a server that takes
+-- whole seconds only the whole seconds within ms ("1"), nil under one:
+-- a block never outlasts ms, so neither the waiter's deadline nor the
+-- holder's expiry is overrun.
+local function timeout(server, ms)
+    if server.blpop_whole == nil then
+        -- known without asking when mode auto asked the version (INFO)
+        local version = server.caps and server.caps.version
+        if version then server.blpop_whole = version < WHOLE_SECONDS_BEFORE end
+    end
+    if not server.blpop_whole then return format("%.3f", ms / 1000) end
+    if ms < 1000 then return nil end
+    return format("%d", floor(ms / 1000))
 end
 
 --- Blocks until a release of `key` hands this waiter the lock, wakes it, or
@@ -94,24 +115,36 @@ end
 -- release fills when it cannot hand over: see RELEASE), else nil (it
 -- blocks on the wake-up list). Returns true when it waited (woken or not); "handed", fence, since
 -- (see _M.handed) when it holds the lock now; nil when it could not wait,
--- and the caller sleeps instead: no connection, or a server that refuses
--- BLPOP with a fractional timeout (before Redis 6), which then polls for
--- good.
+-- and the caller sleeps instead: no connection; a server that refuses
+-- BLPOP (renamed away, ACL), which then polls for good; or, on a server
+-- whose BLPOP takes whole seconds only (before Redis 6.0: found from its
+-- version, or from its first refusal of a fraction), a wait under a
+-- second (the last second before the holder's expiry or the waiter's
+-- deadline), which is polled; a lock handed meanwhile is the waiter's
+-- next attempt's (ACQUIRE finds its own token).
 function _M.wait(server, key, ms, token)
     if server.no_notify then return nil end
+    ms = ceil(ms)
+    if ms < 1 then ms = 1 end
+    local secs = timeout(server, ms)
+    if not secs then return nil end
     local conn = server.waiter
     if conn == nil then
         conn = server.conn:clone()
         if not conn then return nil end
         server.waiter, server.waiter_timeout = conn, conn:timeout()
     end
-    ms = ceil(ms)
-    if ms < 1 then ms = 1 end
     conn:set_timeout(ms + server.waiter_timeout)
-    local r, _, code, stale = blpop(conn, key, token, ms)
-    if r == nil and stale then r, _, code = blpop(conn, key, token, ms) end
+    local r, err, code, stale = blpop(conn, key, token, secs)
+    if r == nil and stale then r, err, code = blpop(conn, key, token, secs) end
     if r == nil then
-        if code == "server" then server.no_notify = true end
+        if code == "server" then
+            if not server.blpop_whole and whole_seconds_only(err) then
+                server.blpop_whole = true
+                return _M.wait(server, key, ms, token)
+            end
+            server.no_notify = true
+        end
         return nil
     end
     -- (the wake-up list's element: woken, to try again)
