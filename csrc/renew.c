@@ -13,7 +13,8 @@
  *   each within timeout_ms: the fan-out of csrc/fanout.c; legacy[i] true:
  *   server i has no scripting, and is extended with WATCH/GET/MULTI/SET/
  *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
- *   one after another)
+ *   one after another; legacy[i] "expire": the same with EXPIRE in whole
+ *   seconds rounded up, for a server without PEXPIRE, before Redis 2.6)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
  *             [, replicas, replica_timeout, aof])  -> renewal, id
  *   (replicas >= 1 or aof: each extend waits for that many replicas, WAIT
@@ -109,7 +110,8 @@ struct renewer {
     int nservers;
     int timeout_ms;       /* the fan-out's per-server limit (Redlock), 0: none */
     int any_legacy;       /* some server is renewed the legacy way */
-    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
+    /* server i: 0 the script; WATCH/MULTI, 1 with PEXPIRE, 2 with EXPIRE */
+    unsigned char legacy[MAX_SERVERS];
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
     struct track *tracks; /* (renewer, i) of each server, for a Cluster's nodes */
@@ -508,7 +510,7 @@ static int legacy_ours(const redisReply *rep, const entry *e, double now) {
  * the key meanwhile; -1, and the next round looks again). 1 extended, 0 not
  * ours any more, -1 failed. */
 static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
-    char value[48 + 256];
+    char value[48 + 256], secs[32];
     const char *argv[3];
     size_t len[3];
     redisReply *rep = NULL;
@@ -549,10 +551,17 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
     freeReplyObject(rep);
-    argv[0] = "PEXPIRE";
-    len[0] = 7;
-    argv[2] = ttl;
-    len[2] = strlen(ttl);
+    if (r->legacy[i] == 2) {
+        /* no PEXPIRE (before 2.6): whole seconds, rounded up, as Lua does */
+        snprintf(secs, sizeof secs, "%.0f", ceil(ext / 1000));
+        argv[0] = "EXPIRE";
+        argv[2] = secs;
+    } else {
+        argv[0] = "PEXPIRE";
+        argv[2] = ttl;
+    }
+    len[0] = strlen(argv[0]);
+    len[2] = strlen(argv[2]);
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
     freeReplyObject(rep);
@@ -992,8 +1001,11 @@ static int renewer_new(lua_State *L) {
     if (lua_istable(L, 3)) {
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, 3, i + 1);
-            ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
-            ud->r->any_legacy |= ud->r->legacy[i];
+            if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "expire") == 0)
+                ud->r->legacy[i] = 2;
+            else
+                ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            ud->r->any_legacy |= ud->r->legacy[i] != 0;
             lua_pop(L, 1);
         }
     }

@@ -259,6 +259,85 @@ describe("replica acknowledgement, one master with a replica", function()
     end)
 end)
 
+describe("WAITAOF (aof = true): a master and a replica, both with appendonly yes", function()
+    -- (Redis 7.2+ and Valkey: the server-matrix suite runs this against
+    -- ../shared/servers' builds; Debian's 7.0.15 skips it)
+    local why = skip or helper.lacks("waitaof")
+    if why then
+        it("(skipped)", function() pending("skipped: " .. why) end)
+        return
+    end
+    local master, replica, client
+
+    -- Whether the append-only files under server's dir hold `text` (the
+    -- multi-part AOF of 7.0+: appendonlydir/).
+    local function in_aof(server, text)
+        return os.execute("grep -rqF " .. helper.quote(text) .. " " .. helper.quote(server.dir .. "/appendonlydir"))
+            == true or false
+    end
+
+    setup(function()
+        master = helper.start_server { persistent = true }
+        replica = helper.start_replica(master, { config = { "appendonly yes", "appendfsync always" } })
+        client = redlock.new { servers = { master:url() }, aof = true, replicas = 1, replica_timeout = 2000,
+            retry_delay = 10, retry_jitter = 5 }
+    end)
+    teardown(function()
+        if replica then replica:thaw() end
+        if client then client:close() end
+        helper.stop_all()
+    end)
+
+    it("takes the lock once the master's and the replica's AOF have it", function()
+        local key = helper.key("aof")
+        local lock, err = client:acquire(key)
+        assert.is_truthy(lock, err)
+        assert.equal(1, lock.replicas)
+        -- WAITAOF returned: both append-only files hold the token
+        assert.is_true(in_aof(master, lock.token))
+        assert.is_true(in_aof(replica, lock.token))
+        assert.equal(lock.token, replica:cli("GET", key))
+        assert.is_true(lock:extend(5000))
+        assert.equal(1, lock.replicas)
+        assert.is_true(lock:release())
+        assert.equal("0", replica:cli("EXISTS", key))
+    end)
+
+    it("with replicas = 0 waits for the master's own fsync only", function()
+        local key = helper.key("aof")
+        local lock, err = client:acquire(key, { replicas = 0 })
+        assert.is_truthy(lock, err)
+        assert.equal(0, lock.replicas)
+        assert.is_true(in_aof(master, lock.token))
+        assert.is_true(lock:release())
+    end)
+
+    it("with_lock and the background renewal wait for the AOFs too", function()
+        local key = helper.key("aof")
+        local ok, token = client:with_lock(key, { ttl = 600 }, function(lock)
+            core.sleep(900) -- past the ttl: renewed (each extend acknowledged) meanwhile
+            assert.is_true(lock:remaining() > 0)
+            return lock.token
+        end)
+        assert.is_true(ok, token)
+        assert.is_true(in_aof(replica, token))
+    end)
+
+    it("fails closed when the replica's AOF does not get it: code replicas, no key left", function()
+        local key = helper.key("aof")
+        frozen(replica, function()
+            local lock, err, code = client:acquire(key, { replica_timeout = 300 })
+            assert.is_nil(lock)
+            assert.equal("replicas", code)
+            assert.truthy(err:find("reached the AOF of 0 of 1 replicas within 300 ms", 1, true), err)
+            assert.truthy(err:find("the lock was released", 1, true), err)
+            assert.equal("", leftovers(master, key))
+        end)
+        local lock = assert(client:acquire(key))
+        assert.is_true(lock:release())
+    end)
+end)
+
 describe("replica acknowledgement with Redlock over 3 masters, each with a replica", function()
     if skip then
         pending("skipped: " .. skip)

@@ -42,9 +42,11 @@ describe("notified waiting", function()
         return n
     end
 
+    -- (Redis 2.6 and 2.8 count EVALSHA as eval)
+    local evalsha = helper.lacks("evalsha_stats") and "eval" or "evalsha"
     local function evalsha_calls()
         local info = data:command("INFO", "commandstats")
-        return tonumber(info:match("cmdstat_evalsha:calls=(%d+)")) or 0
+        return tonumber(info:match("cmdstat_" .. evalsha .. ":calls=(%d+)")) or 0
     end
 
     it("with retry_delay 2000, a waiter in another process gets the lock soon after the release, "
@@ -80,6 +82,7 @@ describe("notified waiting", function()
 
     it("the release hands the lock to the blocked waiter in the same step: no claim follows, "
         .. "and a newcomer is refused", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 1000)
@@ -132,6 +135,7 @@ describe("notified waiting", function()
     end)
 
     it("waiters get the lock in the order they came, and a newcomer waits behind them", function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -159,6 +163,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter that died is handed the lock at most once, and costs at most its ttl", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 0, 1500)
@@ -211,6 +216,7 @@ describe("notified waiting", function()
 
     it("a waiter that gives up keeps a lock handed to it meanwhile; a left-over hand-off is never taken "
         .. "for a new one", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock, token, s = hand_to_new_waiter(key)
         local handed, fence, since = scripted.give_up(s, key, token)
@@ -237,6 +243,7 @@ describe("notified waiting", function()
 
     it("a waiter left by a version before the hand-off (no data) is dropped and the lock still handed over",
         function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -253,6 +260,7 @@ describe("notified waiting", function()
 
     it("give_up tells a lock whose hand-off element was lost ('held'), so that the waiter releases it",
         function()
+        helper.needs("script_time")
         local key = helper.key()
         local _, token, s = hand_to_new_waiter(key)
         data:command("LPOP", "{" .. key .. "}:handoff:" .. token) -- as a BLPOP whose reply was lost
@@ -304,6 +312,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter that gives up leaves the waiters set at once, while a longer waiter stays", function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -326,6 +335,7 @@ describe("notified waiting", function()
     end)
 
     it("an uncontended acquire and release are two EVALSHA and no wake-up commands", function()
+        helper.needs("evalsha_stats")
         local function calls()
             local info, t = data:command("INFO", "commandstats"), {}
             for name, n in info:gmatch("cmdstat_(%w+):calls=(%d+)") do t[name] = tonumber(n) end
@@ -347,6 +357,7 @@ describe("notified waiting", function()
     end)
 
     it("under sustained contention a release is one round trip, as is the first after it ends", function()
+        helper.needs("evalsha_stats")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local function announced() -- what a blocked waiter's refusal leaves
@@ -419,6 +430,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter on a server without BLPOP queues as one that is only woken: never handed the lock", function()
+        helper.needs("script_time")
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() } }
         local d = core.conn(old:spec())

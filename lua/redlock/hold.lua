@@ -135,7 +135,9 @@ local function start_renewal(lock, max_hold, t0)
     if r == nil then
         local conns, legacy = {}, {}
         for i, server in ipairs(client.servers) do
+            -- ("expire": a legacy server without PEXPIRE, before 2.6)
             conns[i], legacy[i] = server:renewal_conn(), legacy_server(server)
+                and (server.caps and server.caps.pexpire == false and "expire" or true)
         end
         -- Redlock: the thread asks the servers at once, each within the
         -- short per-server timeout (opts.server_timeout, else 50 ms)
