@@ -2,7 +2,8 @@
 -- On the first use it asks the server's version (INFO, once). A server
 -- older than 2.6.12 (no SET NX PX for the scripts) switches to legacy; a
 -- newer one (or one that hides its version) runs the script, and switches to
--- legacy if scripting is refused, to script mode once a script has run. A
+-- legacy if scripting is refused, to script mode once a script has run
+-- (even when the WAIT sent with it failed). A
 -- connection error, or any other server error, decides nothing: the next use
 -- asks again. The choice is kept for the life of the client. Internal.
 local legacy = require "redlock.legacy"
@@ -38,7 +39,10 @@ local function run(name)
             return legacy[name](server, ...)
         end
         local ok, v, c = scripted[name](server, ...)
-        if ok ~= nil then
+        -- (a script that ran decides, also when the WAIT sent with it
+        -- failed: "unknown command 'WAIT'" before 3.0, "appendonly is
+        -- disabled" for WAITAOF, are no refusal of scripting)
+        if ok ~= nil or server.script_ran then
             server.ops = scripted
         elseif c == "server" and _M.refused(v) then
             server.ops = legacy
@@ -57,7 +61,8 @@ _M.extend = run("extend")
 function _M.note(server, err)
     local mode = server.ops.name
     if mode == "legacy" then return " (legacy mode)" end
-    if mode == "script" and _M.refused(err) then
+    -- (an error of the WAIT sent with a script names WAIT: no refusal)
+    if mode == "script" and _M.refused(err) and not find(err, "WAIT", 1, true) then
         return " (script mode: this server refuses scripting; use mode \"auto\" or \"legacy\")"
     end
     return ""
