@@ -28,28 +28,32 @@ if [ -z "$found" ]; then
 fi
 
 # The specs per server version (x*10000 + y*100 + z). Every version runs
-# the core and lock specs (01, 03) and the legacy ones (10); the rest where
-# they tell something about that version:
-#   before 2.6.12  legacy mode only (auto picks it): 05 contention, 12
-#                  legacy renewal
-#   2.6, 2.8       script mode without TIME in scripts: Redlock (20),
-#                  waiting (32: woken, no hand-off), fences and keys (22)
-#   3.2 to 6.2     everything: fences from the clock, renewal (30),
-#                  whole-second BLPOP before 6.0 (32)
-#   7.2 and later  (Debian's 7.0.15 runs the full suite): Redlock, waiting,
-#                  renewal, and WAITAOF (08's WAITAOF part)
+# the core, lock and legacy specs (01, 03, 10) and what it gives
+# (13-versions); the rest where they tell something about that version:
+#   before 2.6.12  legacy mode only (auto picks it): contention (05) and
+#                  the legacy renewal (12)
+#   2.6, 2.8       script mode without TIME in scripts (no hand-off, fences
+#                  from the counter): Redlock (20), fences and keys left
+#                  (22), waiting (32: whole-second BLPOP, woken)
+#   3.2 to 5.0     everything: contention, Redlock, fences, renewal (30),
+#                  waiting with the hand-off on whole-second BLPOP
+#   6.0, 6.2       fractional BLPOP, ACL: Redlock, renewal, waiting
+#   7.2 and later  (Debian's 7.0.15 runs the whole suite): Redlock,
+#                  waiting, and WAITAOF (08's WAITAOF part)
 specs_for() {
     v=$1
-    s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua"
+    s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/13-versions_spec.lua"
     if [ "$v" -lt 20612 ]; then
         echo "$s spec/05-contention_spec.lua spec/12-legacy_renew_spec.lua"
     elif [ "$v" -lt 30200 ]; then
         echo "$s spec/20-redlock_spec.lua spec/22-keys_spec.lua spec/32-notify_spec.lua"
-    elif [ "$v" -lt 70000 ]; then
+    elif [ "$v" -lt 60000 ]; then
         echo "$s spec/05-contention_spec.lua spec/20-redlock_spec.lua spec/22-keys_spec.lua" \
             "spec/30-renew_spec.lua spec/32-notify_spec.lua"
-    else
+    elif [ "$v" -lt 70000 ]; then
         echo "$s spec/20-redlock_spec.lua spec/30-renew_spec.lua spec/32-notify_spec.lua"
+    else
+        echo "$s spec/20-redlock_spec.lua spec/32-notify_spec.lua"
     fi
 }
 
