@@ -455,6 +455,25 @@ describe("notified waiting", function()
         assert.equal(0, status, out)
     end)
 
+    it("mode script (the version never asked): a BLPOP that takes whole seconds only (before Redis 6.0) is "
+        .. "found by its refusal, and the waiter still blocks, a second at a time", function()
+        local c = redlock.new { servers = { server:url() }, mode = "script", retry_delay = 100, retry_jitter = 0 }
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local attempts
+        local none, _, code = c:acquire(key, { wait = 2500, on_event = function(ev) attempts = ev.attempts end })
+        assert.is_nil(none)
+        assert.equal("timeout", code)
+        local s = c.servers[1]
+        assert.is_nil(s.no_notify) -- still notified
+        assert.equal(helper.server_version().number < 60000, s.blpop_whole == true)
+        -- blocking: an attempt a second, then polls in the last second;
+        -- polling all along would have made about 25
+        assert.is_true(attempts <= 12, "attempts " .. tostring(attempts))
+        assert.is_true(lock:release())
+        c:close()
+    end)
+
     it("a server without BLPOP falls back to polling", function()
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() }, retry_delay = 20, retry_jitter = 0 }
