@@ -39,7 +39,7 @@ fi
 #                  waiting with the hand-off on whole-second BLPOP
 #   6.0, 6.2       fractional BLPOP, ACL: Redlock, renewal, waiting
 #   7.2 and later  (Debian's 7.0.15 runs the whole suite): Redlock,
-#                  waiting, and WAITAOF (08's WAITAOF part)
+#                  waiting, and WAITAOF (08-replicas_aof)
 specs_for() {
     v=$1
     s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/13-versions_spec.lua"
@@ -53,7 +53,7 @@ specs_for() {
     elif [ "$v" -lt 70000 ]; then
         echo "$s spec/20-redlock_spec.lua spec/30-renew_spec.lua spec/32-notify_spec.lua"
     else
-        echo "$s spec/20-redlock_spec.lua spec/32-notify_spec.lua"
+        echo "$s spec/20-redlock_spec.lua spec/32-notify_spec.lua spec/08-replicas_aof_spec.lua"
     fi
 }
 
@@ -71,25 +71,19 @@ for d in $(for d in $found; do echo "$(version_of "$d") $d"; done | sort -n | cu
     v=$(version_of "$d")
     log=$LOGS/$name.log
     start=$(date +%s)
-    : >"$log"
-    p=0 f=0 k=0
+    # (the list split on purpose)
     # shellcheck disable=SC2046
-    for run in "$(specs_for "$v")" "--filter=WAITAOF spec/08-replicas_spec.lua"; do
-        if [ "${run#--filter}" != "$run" ] && [ "$v" -lt 70200 ]; then continue; fi
-        REDLOCK_SERVER_DIR=$d LUA=lua5.4 sh spec/run.sh $run >"$log.part" 2>&1
-        cat "$log.part" >>"$log"
-        line=$(tail -n 1 "$log.part")
-        case $line in
-            *" passed, "*" failed") ;;
-            *) line="0 passed, 1 failed" ;;
-        esac
-        p=$((p + ${line%% passed*}))
-        ff=${line#*passed, }
-        f=$((f + ${ff%% failed*}))
-        kk=$(sed -n 's/^\([0-9]*\) skipped:$/\1/p' "$log.part")
-        k=$((k + ${kk:-0}))
-    done
-    rm -f "$log.part"
+    REDLOCK_SERVER_DIR=$d LUA=lua5.4 sh spec/run.sh $(specs_for "$v") >"$log" 2>&1
+    line=$(tail -n 1 "$log")
+    case $line in
+        *" passed, "*" failed") ;;
+        *) line="0 passed, 1 failed" ;;
+    esac
+    p=${line%% passed*}
+    f=${line#*passed, }
+    f=${f%% failed*}
+    k=$(sed -n 's/^\([0-9]*\) skipped:$/\1/p' "$log")
+    k=${k:-0}
     echo "$name: $p passed, $f failed, $k skipped ($(($(date +%s) - start)) s; $log)"
     grep -A 6 '^not ok' "$log" | head -n 40
     passed=$((passed + p))
