@@ -29,8 +29,8 @@ describe("WAITAOF (aof = true): a master and a replica, both with appendonly yes
     -- Whether the append-only files under server's dir hold `text` (the
     -- multi-part AOF of 7.0+: appendonlydir/).
     local function in_aof(server, text)
-        return os.execute("grep -rqF " .. helper.quote(text) .. " " .. helper.quote(server.dir .. "/appendonlydir"))
-            == true or false
+        local ok = os.execute("grep -rqF " .. helper.quote(text) .. " " .. helper.quote(server.dir .. "/appendonlydir"))
+        return ok == true or ok == 0
     end
 
     setup(function()

@@ -142,7 +142,8 @@ function _M.server_version(dir)
     local real = read_cmd("readlink -f " .. quote(path) .. " 2>/dev/null"):gsub("%s+$", "")
     local valkey = real:gsub("[^/]*$", "") .. "valkey-server"
     if product == "Valkey" and file_exists(valkey) then real = valkey end
-    local tls = real ~= "" and read_cmd("ldd " .. quote(real) .. " 2>/dev/null"):find("libssl", 1, true) ~= nil
+    local tls = real ~= "" and read_cmd(NO_PRELOAD .. "ldd " .. quote(real) .. " 2>/dev/null"):find("libssl", 1, true)
+        ~= nil
     v = { number = tonumber(a) * 10000 + tonumber(b) * 100 + tonumber(c), text = a .. "." .. b .. "." .. c,
         product = product, tls = tls, dir = dir }
     v.name = product .. " " .. v.text
