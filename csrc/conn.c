@@ -218,6 +218,7 @@ int redlock_conn_connect_direct(conn_ud *u) {
             return rc;
         }
     }
+    u->connects++;
     return OK;
 }
 
@@ -695,6 +696,14 @@ static int conn_connected(lua_State *L) {
     return 1;
 }
 
+/* conn:connects() -> how many connections this conn has made (a new one
+ * since the last look: the server may have restarted with other settings). */
+static int conn_connects(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    lua_pushnumber(L, (lua_Number)u->connects);
+    return 1;
+}
+
 static int conn_name(lua_State *L) {
     conn_ud *u = check_conn(L);
     lua_pushstring(L, u->name);
@@ -1024,6 +1033,7 @@ void redlock_conn_open(lua_State *L) {
         {"eval_wait", conn_eval_wait},
         {"close", conn_close},
         {"connected", conn_connected},
+        {"connects", conn_connects},
         {"name", conn_name},
         {"clone", conn_clone},
         {"set_timeout", conn_set_timeout},

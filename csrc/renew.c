@@ -16,7 +16,9 @@
  *   one after another; legacy[i] "expire": the same with EXPIRE in whole
  *   seconds rounded up, for a server without PEXPIRE, before Redis 2.6)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
- *             [, replicas, replica_timeout, aof])  -> renewal, id
+ *             [, replicas, replica_timeout, aof [, {legacy, ...}]])  -> renewal, id
+ *   ({legacy, ...}: this lock's servers' flags, as for core.renewer; by
+ *   default the renewer's)
  *   (replicas >= 1 or aof: each extend waits for that many replicas, WAIT
  *   or WAITAOF in the same write as the script, and counts on a server only
  *   when they acknowledged: a lock that asked for replicas keeps no
@@ -92,6 +94,9 @@ typedef struct entry {
     double ttl, interval, drift_factor, expires, hold_until, next_due;
     int quorum;
     int waits;          /* extends wait for replicas (wait) */
+    int any_legacy;     /* some server is extended the legacy way */
+    /* server i: 0 the script; WATCH/MULTI, 1 with PEXPIRE, 2 with EXPIRE */
+    unsigned char legacy[MAX_SERVERS];
     redlock_wait wait;
     unsigned long renewals, failures;
     char err[ERRLEN];
@@ -109,8 +114,7 @@ struct renewer {
     int refs; /* the renewer userdata, each renewal userdata */
     int nservers;
     int timeout_ms;       /* the fan-out's per-server limit (Redlock), 0: none */
-    int any_legacy;       /* some server is renewed the legacy way */
-    /* server i: 0 the script; WATCH/MULTI, 1 with PEXPIRE, 2 with EXPIRE */
+    int any_legacy;       /* the legacy flags of entries added without their own */
     unsigned char legacy[MAX_SERVERS];
     redlock_conn **conns; /* the thread's own; freed after the join */
     int *dupfd;           /* dup of each live socket, for shutdown() by close */
@@ -551,7 +555,7 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
     freeReplyObject(rep);
-    if (r->legacy[i] == 2) {
+    if (e->legacy[i] == 2) {
         /* no PEXPIRE (before 2.6): whole seconds, rounded up, as Lua does */
         snprintf(secs, sizeof secs, "%.0f", ceil(ext / 1000));
         argv[0] = "EXPIRE";
@@ -694,12 +698,12 @@ static void renew_one(renewer *r, entry *e, double now) {
 
     recheck_all(r, e->interval / 2);
     t0 = mono_ms();
-    if (n >= 2 && r->timeout_ms > 0 && !r->any_legacy) {
+    if (n >= 2 && r->timeout_ms > 0 && !e->any_legacy) {
         extend_all(r, e, ttl, &yes, &no, err);
     } else {
         /* one server, or some in legacy mode: one after another */
         for (i = 0; i < n && !stopping; i++) {
-            int v = r->legacy[i] ? legacy_extend_on(r, i, e, ext, ttl, err) : extend_on(r, i, e, ttl, err);
+            int v = e->legacy[i] ? legacy_extend_on(r, i, e, ext, ttl, err) : extend_on(r, i, e, ttl, err);
             if (v == 1)
                 yes++;
             else if (v == 0)
@@ -948,6 +952,14 @@ static renewer *open_renewer(lua_State *L) {
     return ud->r;
 }
 
+/* A legacy flag at the top of the stack: 0 (false, nil), 1 (true), 2
+ * ("expire"). */
+static unsigned char legacy_flag(lua_State *L) {
+    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "expire") == 0)
+        return 2;
+    return (unsigned char)lua_toboolean(L, -1);
+}
+
 /* core.renewer({conn, ...} [, timeout_ms [, {legacy, ...}]]) */
 static int renewer_new(lua_State *L) {
     int n, i;
@@ -1001,10 +1013,7 @@ static int renewer_new(lua_State *L) {
     if (lua_istable(L, 3)) {
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, 3, i + 1);
-            if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "expire") == 0)
-                ud->r->legacy[i] = 2;
-            else
-                ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            ud->r->legacy[i] = legacy_flag(L);
             ud->r->any_legacy |= ud->r->legacy[i] != 0;
             lua_pop(L, 1);
         }
@@ -1018,7 +1027,8 @@ static lua_Number check_ms(lua_State *L, int arg, lua_Number lo) {
     return v;
 }
 
-/* renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor) */
+/* renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
+ *              [, replicas, replica_timeout, aof [, {legacy, ...}]]) */
 static int renewer_add(lua_State *L) {
     renewer *r;
     renewal_ud *h;
@@ -1031,7 +1041,7 @@ static int renewer_add(lua_State *L) {
     lua_Integer quorum = luaL_checkinteger(L, 7);
     lua_Number drift = luaL_checknumber(L, 8);
     lua_Integer replicas = luaL_optinteger(L, 9, 0), wait_ms = luaL_optinteger(L, 10, 1000);
-    int aof = lua_toboolean(L, 11), rc = 0;
+    int aof = lua_toboolean(L, 11), rc = 0, i;
     luaL_argcheck(L, drift >= 0 && drift < 1, 8, "out of range");
     luaL_argcheck(L, replicas >= 0 && replicas <= 1000000, 9, "out of range");
     luaL_argcheck(L, wait_ms >= 1 && wait_ms <= 86400000, 10, "out of range");
@@ -1064,6 +1074,18 @@ static int renewer_add(lua_State *L) {
     e->wait.timeout_ms = (int)wait_ms;
     e->wait.aof = aof;
     e->next_due = mono_ms() + e->interval;
+    /* legacy flags of this lock (the server's mode when it was taken: mode
+     * "auto" may change it later), else the renewer's */
+    for (i = 0; i < r->nservers; i++) {
+        if (lua_istable(L, 12)) {
+            lua_rawgeti(L, 12, i + 1);
+            e->legacy[i] = legacy_flag(L);
+            lua_pop(L, 1);
+        } else {
+            e->legacy[i] = r->legacy[i];
+        }
+        e->any_legacy |= e->legacy[i] != 0;
+    }
 
     pthread_mutex_lock(&r->mu);
     if (!r->started)

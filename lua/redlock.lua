@@ -422,7 +422,7 @@ end
 
 --- Runs `fn(lock)` while holding the lock on `key`, then releases it.
 -- The lock is renewed in the background while fn runs (opts.renew, default
--- true here), up to opts.max_hold.
+-- true here), while it runs (or up to opts.max_hold, when given).
 -- Returns true and every result of fn; nil, message, code when the lock
 -- could not be taken (fn is not called) or was lost before the release
 -- ("not owner"). If fn raises, the lock is released and the same error

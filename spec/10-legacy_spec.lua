@@ -719,6 +719,8 @@ describe("legacy mode", function()
                 "server: h:1: NOSCRIPT No matching script. Please use EVAL.",
                 "server: h:1: ERR command is disabled",
                 "server: h:1: NOPERM this user has no permissions to run the 'evalsha' command",
+                "server: h:1: NOPERM User locker has no permissions to run the 'evalsha' command",
+                "server: h:1: ERR unknown command `EVALSHA`, with args beginning with: ",
             } do assert.is_true(detect.refused(e), e) end
             for _, e in ipairs {
                 "server: h:1: BUSY Redis is busy running a script",
@@ -726,6 +728,13 @@ describe("legacy mode", function()
                 "server: h:1: READONLY You can't write against a read only replica.",
                 "server: h:1: WRONGTYPE Operation against a key holding the wrong kind of value",
                 "server: h:1: NOPERM this user has no permissions to access one of the keys",
+                -- who we are is no scripting refusal (spec/13-detect_spec.lua)
+                "server: h:1: AUTH failed: WRONGPASS invalid username-password pair or user is disabled.",
+                "server: h:1: AUTH failed: ERR invalid password",
+                "server: h:1: NOAUTH Authentication required.",
+                "server: h:1: SELECT failed: ERR DB index is out of range",
+                "server: h:1: ERR unknown command 'FOO'",
+                "connection: h:1: could not connect (Connection refused)",
             } do assert.is_false(detect.refused(e), e) end
         end)
     end)

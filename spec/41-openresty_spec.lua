@@ -27,6 +27,7 @@ local SERVER = [[
         location = /incr_redlock { content_by_lua_block { require("probe").incr_redlock() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
         location = /auth { content_by_lua_block { require("probe").auth() } }
+        location = /detect { content_by_lua_block { require("probe").detect() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
@@ -263,6 +264,34 @@ describe("OpenResty (nginx + Lua module)", function()
         teardown(function()
             ngx_server:stop()
             ngx_server = nil
+        end)
+
+        it("mode auto over cosockets: a wrong password decides nothing, a refusal of scripting does,"
+            .. " and a new connection asks again", function()
+            local srv = helper.start_server { password = "admin-pw" }
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "on", ">locker-pw", "~*", "&*", "+@all",
+                "-@scripting"))
+            local function detect(password)
+                return lines((ngx_server:get(string.format("/detect?port=%d&user=locker&password=%s&key=%s",
+                    srv.port, password, helper.key("detect")))))
+            end
+            local t = detect("wrong-pw")
+            assert.equal("server", t.code)
+            assert.matches("WRONGPASS", t.err)
+            assert.not_matches("legacy", t.err)
+            assert.equal("nil", t.mode)
+            t = detect("locker-pw")
+            assert.equal("true", t.ok, t.err)
+            assert.equal("legacy", t.mode)
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "+@scripting"))
+            srv:cli("CLIENT", "KILL", "USER", "locker")
+            t = detect("locker-pw") -- finds its pooled connection gone: a new one
+            assert.equal("true", t.ok, t.err)
+            t = detect("locker-pw")
+            assert.equal("true", t.ok, t.err)
+            assert.equal("script", t.mode)
+            srv:stop()
+            assert.same({}, ngx_server:errors())
         end)
 
         it("serves other requests while one waits on a held lock", function()

@@ -99,6 +99,9 @@ describe("redlock command", function()
                 { "status", "k", "extra" }, { "release", "k" }, { "--ttl", "0", "status", "k" },
                 { "--ttl", "soon", "status", "k" }, { "-m", "fast", "status", "k" },
                 { "-E", "300", "status", "k" }, { "status", "" }, { "--ttl" },
+                -- statuses redlock gives for something else
+                { "-E", "75", "status", "k" }, { "-E", "0", "status", "k" }, { "-E", "69", "status", "k" },
+                { "-E", "126", "status", "k" }, { "-E", "130", "status", "k" },
             }) do
                 local code, out, err = redlock(argv)
                 local shown = table.concat(argv, " ")
@@ -106,6 +109,18 @@ describe("redlock command", function()
                 assert.equal("", out, shown)
                 assert.matches("^redlock: [^\n]+\nusage: redlock run ", err, 1, shown)
                 assert.is_nil(err:find("traceback", 1, true), shown)
+            end
+        end)
+
+        it("-E takes only a status redlock gives for nothing else, and says which are free", function()
+            local code, _, err = redlock({ "-E", "75", "status", "k" })
+            assert.equal(64, code)
+            assert.matches("^redlock: %-%-conflict%-exit%-code: 75 is a status redlock gives for something else; free: 1%-63, "
+                .. "65%-68, 72%-74, 78%-125\n", err)
+            local codes = require "redlock.cli.codes"
+            for n = 0, 255 do
+                local used = n == 0 or n == 64 or (n >= 69 and n <= 71) or (n >= 75 and n <= 77) or n >= 126
+                assert.equal(not used, codes.free(n), n)
             end
         end)
 

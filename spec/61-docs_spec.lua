@@ -1,7 +1,8 @@
 -- The documents (README.md and docs/*.md) against the code: every option,
 -- server field, tls field, error code and command option documented exactly
 -- once and present in the code; every code block run here (```lua: a
--- complete program, against a throwaway redis-server), run by another spec
+-- complete program, ```sh: a shell script with `redlock`, against a
+-- throwaway redis-server), run by another spec
 -- (```x tested-by=spec/NN_spec.lua) or marked as a fragment (```x fragment);
 -- no indented code blocks; every link between the documents resolves. The
 -- rules are in docs/README.md ("Code blocks in these pages").
@@ -66,6 +67,35 @@ local function table_rows(header)
                 if name then
                     found[name] = found[name] or {}
                     table.insert(found[name], where(doc, i))
+                end
+            else
+                in_table = false
+            end
+        end
+    end
+    return found
+end
+
+local OPTIONS_HEADER = "| option | scope | default | meaning |"
+
+-- The cells of the rows of the tables whose header row is `header`, by
+-- their first cell's name: { name = { "`name`", cell2, ... } } (trimmed).
+local function table_cells(header)
+    local found = {}
+    for _, doc in ipairs(DOCS) do
+        local in_table = false
+        for i = 1, #doc.lines do
+            local line = doc.outside[i]
+            if line and line == header then
+                in_table = true
+            elseif in_table and line and line:match("^|") then
+                local name = line:match("^| `([^`]+)`")
+                if name then
+                    local cells = {}
+                    for cell in line:sub(2):gmatch("([^|]*)|") do
+                        cells[#cells + 1] = (cell:gsub("^%s+", ""):gsub("%s+$", ""))
+                    end
+                    found[name] = cells
                 end
             else
                 in_table = false
@@ -170,7 +200,31 @@ describe("the documents", function()
     it("document every option of redlock.new and of the calls once, in the options table", function()
         local code = keys(options.DEFAULTS, options.CALL, options.CLIENT)
         assert.truthy(code.renew and code.notify, "redlock did not register its per-call options")
-        same_names("option", table_rows("| option | default | meaning |"), code)
+        same_names("option", table_rows(OPTIONS_HEADER), code)
+    end)
+
+    it("state each option's scope and default in the options table as the code has them", function()
+        local problems = {}
+        local function literal(v)
+            if type(v) == "string" then return string.format('`"%s"`', v) end
+            return "`" .. tostring(v) .. "`"
+        end
+        for name, cells in pairs(table_cells(OPTIONS_HEADER)) do
+            local scope, default = cells[2], cells[3]
+            local want = options.CALL[name] and "call" or "client"
+            if scope ~= want then
+                problems[#problems + 1] = string.format("%s: scope '%s', the code says %s", name, scope, want)
+            end
+            local v = options.DEFAULTS[name]
+            if v ~= nil and default ~= literal(v) then
+                problems[#problems + 1] = string.format("%s: default %s, the code says %s", name, default,
+                    literal(v))
+            elseif v == nil and default:match("^`[%w%.\"]+`$") then
+                problems[#problems + 1] = string.format("%s: default %s, the code has none", name, default)
+            end
+        end
+        table.sort(problems)
+        assert.same({}, problems)
     end)
 
     it("document every field of a server table and of a tls table once", function()
@@ -238,11 +292,11 @@ describe("the documents", function()
                     if not (spec_text and spec_text:find(doc.file, 1, true)) then
                         problems[#problems + 1] = at .. ": " .. by .. " does not read " .. doc.file
                     end
-                elseif lang == "lua" and rest == "" then
+                elseif (lang == "lua" or lang == "sh") and rest == "" then
                     n = n + 1
                 else
                     problems[#problems + 1] = at .. ": ```" .. block.info
-                        .. ": neither lua (run), 'fragment' nor 'tested-by=FILE'"
+                        .. ": neither lua or sh (run), 'fragment' nor 'tested-by=FILE'"
                 end
             end
         end
@@ -301,9 +355,29 @@ describe("the documents", function()
         setup(function() server = helper.start_server() end)
         teardown(function() helper.stop_all() end)
 
+        -- a ```sh block: a shell script whose `redlock` is bin/redlock under
+        -- the suite's Lua and build, REDLOCK_SERVERS the throwaway server
+        local lua = os.getenv("REDLOCK_LUA") or "lua5.4"
+        local build = os.getenv("REDLOCK_BUILD") or "build"
+        local repo = helper.read_cmd("pwd"):gsub("%s+$", "")
+
         for _, doc in ipairs(DOCS) do
             for _, block in ipairs(doc.blocks) do
-                if block.info == "lua" then
+                if block.info == "sh" then
+                    it(where(doc, block.line) .. " runs and exits 0", function()
+                        local dir = helper.fresh_dir("docblock")
+                        local path = dir .. "/block.sh"
+                        local f = assert(io.open(path, "wb"))
+                        f:write(string.format("set -eu\nexport REDLOCK_SERVERS=%s REDLOCK_BUILD=%s\n"
+                            .. "redlock() { %s %s/bin/redlock \"$@\"; }\n",
+                            helper.quote(server:url()), helper.quote(build), lua, helper.quote(repo)))
+                        f:write((block.text:gsub("redis://127%.0%.0%.1:6379", server:url())))
+                        f:close()
+                        local out = helper.read_cmd("cd " .. helper.quote(dir) .. " && sh " .. path
+                            .. " 2>&1; echo \"exit=$?\"")
+                        assert.matches("exit=0%s*$", out)
+                    end)
+                elseif block.info == "lua" then
                     it(where(doc, block.line) .. " runs and exits 0", function()
                         local dir = helper.fresh_dir("docblock")
                         local path = dir .. "/block.lua"

@@ -29,7 +29,7 @@ fi
 
 # The specs per server version (x*10000 + y*100 + z). Every version runs
 # the core, lock and legacy specs (01, 03, 10) and what it gives
-# (13-versions); the rest where they tell something about that version:
+# (14-versions); the rest where they tell something about that version:
 #   before 2.6.12  legacy mode only (auto picks it): contention (05) and
 #                  the legacy renewal (12)
 #   2.6, 2.8       script mode without TIME in scripts (no hand-off, fences
@@ -42,7 +42,7 @@ fi
 #                  waiting, and WAITAOF (08-replicas_aof)
 specs_for() {
     v=$1
-    s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/13-versions_spec.lua"
+    s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/14-versions_spec.lua"
     if [ "$v" -lt 20612 ]; then
         echo "$s spec/05-contention_spec.lua spec/12-legacy_renew_spec.lua"
     elif [ "$v" -lt 30200 ]; then

@@ -9,8 +9,6 @@
 --
 -- The hook runs in the request (or timer) that made the lock call: it only
 -- does non-blocking work, a few shared-dict increments and ngx.log.
-local events = require "redlock.events"
-
 local ngx = ngx
 local format, concat = string.format, table.concat
 
@@ -19,7 +17,9 @@ local _M = {}
 --- The shared dict's name (lua_shared_dict).
 _M.DICT = "redlock_metrics"
 
-local BOUNDS = events.BOUNDS -- the wait histogram's bucket bounds, ms
+-- the wait histogram's bucket bounds, ms: those of client:stats()
+-- (docs/events.md), so that both exports line up
+local BOUNDS = { 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000 }
 local TYPES = {
     "acquired", "refused", "timeout", "quorum_failed", "released", "not_owner", "extended",
     "renewed", "renew_failed", "lost", "server_error",

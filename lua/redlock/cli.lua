@@ -44,8 +44,9 @@ Commands:
   extend   give KEY a new --ttl if TOKEN still holds it
 
 Options ([VARIABLE]: the same from the environment; options win):
-  -s, --server URL   Redis server; repeat it for several (3 or more: a
-                     Redlock quorum) [REDLOCK_SERVERS: comma or space
+  -s, --server URL   Redis server; repeat it for several (2 or more: a
+                     Redlock quorum of a majority; 3 or more keep
+                     locking with one down) [REDLOCK_SERVERS: comma or space
                      separated]; default redis://127.0.0.1:6379
                      URL: redis://[user[:password]@]host[:port][/db]
                           rediss://... (TLS, the system's CA store)
@@ -65,8 +66,9 @@ Options ([VARIABLE]: the same from the environment; options win):
                      on Linux CMD also gets SIGTERM if redlock dies
                      [REDLOCK_KILL_ON_LOST=1]
   -E, --conflict-exit-code N
-                     exit status when the lock is not acquired (default 1)
-                     [REDLOCK_CONFLICT_EXIT_CODE]
+                     exit status when the lock is not acquired (default 1;
+                     one redlock gives for nothing else: 1-63, 65-68,
+                     72-74, 78-125) [REDLOCK_CONFLICT_EXIT_CODE]
   -q, --quiet        no messages on stderr [REDLOCK_QUIET=1]
   -v, --verbose      print each lock event (acquired, extended, released,
                      lost, ...) on stderr [REDLOCK_VERBOSE=1]

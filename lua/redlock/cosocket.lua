@@ -400,6 +400,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             sock:close()
             return nil, err, code, retry == true
         end
+        self.made = self.made + 1
     end
     local ok, v, msg, wres
     if w then
@@ -676,6 +677,7 @@ function _M.new(spec, mode, o)
         name = b.name,
         mode = mode,
         ops = b.ops, -- as redlock.server picks them for the mode
+        scripts_only = b.scripts_only,
         fallback = b,
         fallback_pid = ngx.worker.pid(),
         host = host,
@@ -699,6 +701,8 @@ function _M.new(spec, mode, o)
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
+        -- connections made with setup() (see Server:connects)
+        made = 0,
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
@@ -761,6 +765,11 @@ function Server:wait(key, ms, since)
     if not self.ops.wait or not yieldable() then return nil end
     return ngx_wait.wait(self, key, ms, since)
 end
+
+--- How many connections to this server this worker has made (pooled
+-- ones and the hiredis ones of the phases without cosockets): a new one may
+-- reach a server with other settings (redlock.detect asks again).
+function Server:connects() return self.made + fallback(self).conn:connects() end
 
 --- The renewal thread (csrc/renew.c) runs outside the event loop with
 -- blocking connections of its own: it copies the hiredis server's settings.
@@ -856,8 +865,9 @@ end
 
 --- Renews `lock` from nginx timers: a token-checked extend every `every`
 -- ms (default a third of the lock's ttl), until the lock is released or
--- lost, or `max_hold` ms (default 60000) have passed since renewal began;
--- after that the lock expires on its own. Timers may always yield, so the
+-- lost, or, when opts.max_hold is given, max_hold ms have passed since
+-- renewal began (then the lock expires on its own); without it, while the
+-- worker lives, as redlock.hold's renewal. Timers may always yield, so the
 -- extends go over cosockets, each on a pooled connection of its own, even
 -- for a lock taken where nginx had none. A chain of ngx.timer.at rather
 -- than ngx.timer.every, which cannot be stopped: each renewal ends with its
@@ -872,7 +882,7 @@ end
 function _M.renew(lock, opts)
     opts = opts or {}
     local every = opts.every or max(1, floor(lock.ttl / 3))
-    local deadline = now() + (opts.max_hold or 60000)
+    local deadline = opts.max_hold and now() + opts.max_hold or math.huge
     local handle = { active = true }
     function handle.stop() handle.active = false end
     local tick

@@ -10,6 +10,7 @@
 local core = require "redlock.core"
 local options = require "redlock.options"
 local events = require "redlock.events"
+local detect = require "redlock.detect"
 local show_key = require("redlock.util").show_key
 
 local new_renewer, now = core.renewer, core.now
@@ -22,8 +23,11 @@ local _M = {}
 local WEAK_V = { __mode = "v" }
 local WEAK_KV = { __mode = "kv" }
 
---- Default bound on renewal: 10 minutes after the acquire.
-_M.MAX_HOLD = 600000
+-- Renewal has no bound unless opts.max_hold sets one: a lock is renewed
+-- while its holder lives and holds it (as the command renews while CMD
+-- runs, and the nginx timers of redlock.cosocket.renew). The renewal
+-- thread's hold_until is then 2^53 ms, the largest it takes.
+local NO_BOUND = 2 ^ 53
 local REDLOCK_TIMEOUT = 50
 
 checks.owner = function(fname, name, v)
@@ -38,7 +42,6 @@ options.CALL.on_lost = checks.callable
 options.CALL.reentrant = checks.boolean
 options.CALL.owner = checks.owner
 options.CALL.on_event = checks.callable
-options.DEFAULTS.max_hold = _M.MAX_HOLD
 options.DEFAULTS.reentrant = false
 
 --- Runs lock's on_lost once, the first time the library learns of the loss.
@@ -128,35 +131,85 @@ local function renewable(client)
     return able >= floor(n / 2) + 1
 end
 
+-- A server's legacy flag for the renewal thread: false (the script),
+-- true (legacy mode), "expire" (legacy mode on a server without PEXPIRE,
+-- before 2.6: extended with EXPIRE).
+local function legacy_flag(server)
+    if not legacy_server(server) then return false end
+    return server.caps and server.caps.pexpire == false and "expire" or true
+end
+
+-- Whether client.modes (the servers' legacy flags, see modes) still says
+-- how each server runs: a server of mode "auto" may have changed mode
+-- (redlock.detect).
+local function same_modes(client)
+    local was = client.modes
+    for i, server in ipairs(client.servers) do
+        if was[i] ~= legacy_flag(server) then return false end
+    end
+    return true
+end
+
+-- The servers' legacy flags now, which a renewed lock is extended by
+-- (renewer:add): kept on the client, made again when one changed.
+local function modes(client)
+    local m = client.modes
+    if m and (client.opts.mode ~= "auto" or same_modes(client)) then return m end
+    m = {}
+    for i, server in ipairs(client.servers) do
+        m[i] = legacy_flag(server)
+        m.any = m.any or m[i] ~= false
+    end
+    client.modes = m
+    return m
+end
+
+-- The client's renewal thread, made at the first renewal.
+local function renewer(client)
+    local r = client.renewer
+    if r then return r end
+    local conns = {}
+    for i, server in ipairs(client.servers) do conns[i] = server:renewal_conn() end
+    -- Redlock: the thread asks the servers at once, each within the
+    -- short per-server timeout (opts.server_timeout, else 50 ms)
+    r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or 0)
+    client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
+    return r
+end
+
+-- A renewed lock keeps the servers auto mode found without scripting in
+-- legacy mode while it is renewed (redlock.detect.renewing): the servers
+-- counted when its renewal started, or nil.
+local function renewing_legacy(lock)
+    local counted
+    for _, server in ipairs(lock.client.servers) do
+        if legacy_server(server) and detect.renewing(server, 1, lock.token, lock.ttl) then
+            counted = counted or {}
+            counted[#counted + 1] = server
+        end
+    end
+    return counted
+end
+
 local function start_renewal(lock, max_hold, t0)
+    local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
     if lock.ttl < 3 or not renewable(client) then return end
-    local r = client.renewer
-    if r == nil then
-        local conns, legacy = {}, {}
-        for i, server in ipairs(client.servers) do
-            -- ("expire": a legacy server without PEXPIRE, before 2.6)
-            conns[i], legacy[i] = server:renewal_conn(), legacy_server(server)
-                and (server.caps and server.caps.pexpire == false and "expire" or true)
-        end
-        -- Redlock: the thread asks the servers at once, each within the
-        -- short per-server timeout (opts.server_timeout, else 50 ms)
-        r = new_renewer(conns, #conns >= 2 and (client.opts.server_timeout or REDLOCK_TIMEOUT) or 0, legacy)
-        client.renewer, client.renewing = r, setmetatable({}, WEAK_V)
-    end
+    local r, m = renewer(client), modes(client)
     local n = #client.servers
     -- a lock that waits for replicas (lock.rep) renews the same way
     local rep = lock.rep
     local h, id
     if rep then
-        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
-            floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof)
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
+            floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
     else
-        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, t0 + max_hold,
-            floor(n / 2) + 1, client.drift_factor)
+        h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
+            floor(n / 2) + 1, client.drift_factor, nil, nil, nil, m)
     end
     lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
+    if m.any then lock.legacy_renewal = renewing_legacy(lock) end
     if lock.on_event then
         -- its renewals are told at the client's calls (see dispatch)
         lock.seen_renewals, lock.seen_failures = 0, 0
@@ -227,10 +280,22 @@ function _M.renewal_lost(lock)
     return h and h:lost()
 end
 
+-- The renewal of lock stops (for good: h:stop() is idempotent, this runs once).
+local function stopped(lock)
+    local counted = lock.legacy_renewal
+    if counted then
+        lock.legacy_renewal = nil
+        for _, server in ipairs(counted) do detect.renewing(server, -1, lock.token, lock.ttl) end
+    end
+end
+
 --- extend or release found the token gone: stop renewing, tell on_lost.
 function _M.found_gone(lock)
     lock.lost_reason = lock.lost_reason or "gone"
-    if lock.renewal then lock.renewal:stop() end
+    if lock.renewal then
+        lock.renewal:stop()
+        stopped(lock)
+    end
     report(lock, lock.lost_reason)
 end
 
@@ -247,6 +312,7 @@ function _M.stop(lock)
     if h then
         if lock.on_event then poll(lock) end
         h:stop()
+        stopped(lock)
         -- (a loop of with_lock must not grow the table until a collection)
         lock.client.renewing[lock.renewal_id] = nil
     end

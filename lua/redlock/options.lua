@@ -23,6 +23,7 @@ _M.DEFAULTS = {
     replicas = 0,
     replica_timeout = 1000,
     aof = false,
+    legacy_value = "token",
 }
 
 local function bad(fname, name, expected, value)

@@ -25,9 +25,11 @@ function _M.new(spec, mode)
         name = conn:name(),
         mode = mode,
         -- The operations this server runs: auto detects on the first use
-        -- and switches once, to scripted or legacy (see redlock.detect). A
-        -- Cluster always has scripting (Redis 3.0 and later).
+        -- and switches to scripted or legacy (see redlock.detect, which
+        -- also says when it asks again). A Cluster always has scripting
+        -- (Redis 3.0 and later).
         ops = spec.cluster and scripted or OPS[mode or "auto"],
+        scripts_only = spec.cluster ~= nil,
         -- fence counters per slot, not per server (redlock.util.fence_counter)
         slot_fences = spec.cluster ~= nil,
     }, Server)
@@ -61,9 +63,13 @@ end
 
 --- The server as messages name it: with its mode when that is legacy.
 function Server:where()
-    if self.ops == legacy then return self.name .. " (legacy mode)" end
+    if self.ops.name == "legacy" then return self.name .. " (legacy mode)" end
     return self.name
 end
+
+--- How many connections to this server have been made: a new one may
+-- reach a server with other settings (redlock.detect asks again).
+function Server:connects() return self.conn:connects() end
 
 -- Error messages say the mode (see redlock.detect.note).
 local function noted(server, ok, v, code)

@@ -159,6 +159,33 @@ function _M.auth()
     say_try(c, args.key)
 end
 
+-- The clients of /detect, per worker: kept across requests.
+local detecting = {}
+
+--- GET /detect?port=P&user=U&password=W&key=K: one acquire and release of K
+-- by this worker's client of mode "auto" for that user; answers mode= (the
+-- client's mode after it) and ok, or code= and err=.
+function _M.detect()
+    local args = ngx.req.get_uri_args()
+    local id = concat({ args.port, args.user or "", args.password or "" }, "\0")
+    local c = detecting[id]
+    if not c then
+        c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
+            username = args.user, password = args.password } } }
+        detecting[id] = c
+    end
+    local lock, err, code = c:acquire(args.key)
+    if lock then
+        local ok, rerr, rcode = lock:release()
+        if ok then ngx.say("ok=true") else err, code = rerr, rcode end
+    end
+    if code then
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+    ngx.say("mode=", tostring(c:mode()))
+end
+
 --- GET /tls?port=P&key=K[&cert=F&pkey=F][&name=N][&insecure=1]: a client
 -- over TLS (cosockets: nginx's lua_ssl_trusted_certificate); holds lock K
 -- (60 s) and answers its token, or code and err.

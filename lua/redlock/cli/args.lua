@@ -2,6 +2,7 @@
 -- and checked into one table. Bad usage raises a table {usage = message};
 -- nothing here prints, exits or connects. Internal.
 local options = require "redlock.options"
+local codes = require "redlock.cli.codes"
 
 local type, tonumber, error, pcall, ipairs, pairs = type, tonumber, error, pcall, ipairs, pairs
 local format, match, sub, lower, gmatch = string.format, string.match, string.sub, string.lower, string.gmatch
@@ -273,7 +274,11 @@ function _M.parse(args, getenv)
     code, from = lookup(raw, getenv, "conflict-exit-code")
     if code ~= nil then
         local n = match(code, "^%d+$") and tonumber(code)
-        if not n or n > 255 then usage("%s: expected 0 to 255, got '%s'", from, code) end
+        if not n or n > 255 then usage("%s: expected 1 to 125, got '%s'", from, code) end
+        if not codes.free(n) then
+            usage("%s: %d is a status redlock gives for something else; free: 1-63, 65-68,"
+                .. " 72-74, 78-125", from, n)
+        end
         cfg.conflict_code = n
     end
     cfg.kill_on_lost = flag(raw, getenv, "kill-on-lost")

@@ -1,6 +1,6 @@
 --- Exit codes of the `redlock` command, in the spirit of flock(1) and
 -- sysexits.h, and how the library's error words map onto them. Internal.
-local find = string.find
+local find, pairs = string.find, pairs
 
 local _M = {
     OK = 0,
@@ -17,6 +17,18 @@ local _M = {
     NOT_FOUND = 127,     -- as in sh: CMD not found
     SIGNALED = 128,      -- + N: CMD was killed by signal N
 }
+
+--- Whether n (0-255) is free for --conflict-exit-code: not a status
+-- redlock gives for something else (0 success, 64-77 its own failures, 126
+-- and up: CMD not executable, not found, killed by a signal). Free: 1 (the
+-- default), 2-63, 65-68, 72-74, 78-125.
+function _M.free(n)
+    if n == 0 or n >= _M.CANNOT_EXECUTE then return false end
+    for _, used in pairs(_M) do
+        if used == n and n ~= _M.CONFLICT then return false end
+    end
+    return true
+end
 
 local function refused(msg)
     return find(msg, "AUTH failed", 1, true) or find(msg, "NOAUTH", 1, true)
