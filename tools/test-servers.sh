@@ -40,9 +40,15 @@ fi
 #   6.0, 6.2       fractional BLPOP, ACL: Redlock, renewal, waiting
 #   7.2 and later  (Debian's 7.0.15 runs the whole suite): Redlock,
 #                  waiting, and WAITAOF (08-replicas_aof)
+# REDLOCK_TEST_TOPOLOGIES=1 adds the Sentinel (2.8+) and Cluster (3.0+)
+# specs (about 5 minutes more in all; not in `make test`).
 specs_for() {
     v=$1
     s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/14-versions_spec.lua"
+    if [ "${REDLOCK_TEST_TOPOLOGIES:-}" = 1 ]; then
+        [ "$v" -ge 20800 ] && s="$s spec/07-sentinel_spec.lua"
+        [ "$v" -ge 30000 ] && s="$s spec/23-cluster_spec.lua"
+    fi
     if [ "$v" -lt 20612 ]; then
         echo "$s spec/05-contention_spec.lua spec/12-legacy_renew_spec.lua"
     elif [ "$v" -lt 30200 ]; then
