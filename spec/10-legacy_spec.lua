@@ -718,12 +718,22 @@ describe("legacy mode", function()
                 "server: h:1: ERR unknown command 'EVAL'",
                 "server: h:1: NOSCRIPT No matching script. Please use EVAL.",
                 "server: h:1: ERR command is disabled",
+                "server: h:1: ERR scripting is disabled in this instance",
+                "server: h:1: NOPERM User locker has no permissions to run the 'script|load' command",
                 "server: h:1: NOPERM this user has no permissions to run the 'evalsha' command",
                 "server: h:1: NOPERM User locker has no permissions to run the 'evalsha' command",
                 "server: h:1: ERR unknown command `EVALSHA`, with args beginning with: ",
             } do assert.is_true(detect.refused(e), e) end
             for _, e in ipairs {
-                "server: h:1: BUSY Redis is busy running a script",
+                "server: h:1: BUSY Redis is busy running a script. You can only call SCRIPT KILL"
+                    .. " or SHUTDOWN NOSAVE.",
+                -- a failed RDB save (stop-writes-on-bgsave-error), as Redis
+                -- 7 says it to EVALSHA (spec/13-detect_spec.lua)
+                "server: h:1: MISCONF Redis is configured to save RDB snapshots, but it's currently"
+                    .. " unable to persist to disk. Commands that may modify the data set are disabled,"
+                    .. " because this instance is configured to report errors during writes if RDB"
+                    .. " snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis"
+                    .. " logs for details about the RDB error. script: 0123abcd, on @user_script:1.",
                 "server: h:1: LOADING Redis is loading the dataset in memory",
                 "server: h:1: READONLY You can't write against a read only replica.",
                 "server: h:1: WRONGTYPE Operation against a key holding the wrong kind of value",

@@ -5,8 +5,26 @@
 -- +@scripting, EVAL renamed away and back.
 local helper = require "helper"
 local redlock = require "redlock"
+local now = require("redlock.core").now
+local scripted = require "redlock.scripted"
 
 local format, match = string.format, string.match
+
+-- Waits until f() is true, at most ms (polling every 20 ms); asserts it
+-- became true. (An observed event, never a fixed sleep against a ttl.)
+local function wait_until(ms, what, f)
+    local deadline = now() + ms
+    while not f() do
+        assert(now() < deadline, "gave up waiting: " .. what)
+        helper.sleep(20)
+    end
+end
+
+-- Waits until the client's renewal thread has renewed a lock n more times.
+local function renewals(client, n)
+    local base = client:stats().renewed
+    wait_until(10000, n .. " renewals", function() return client:stats().renewed >= base + n end)
+end
 
 local NOSCRIPT = {
     'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
@@ -121,9 +139,20 @@ describe("mode auto", function()
                 assert.equal("script", client:mode())
                 assert.equal(lock.token, srv:cli("GET", key))
                 assert.is_true(lock:release())
-                -- and back: scripting taken away is found at the next refusal
+                -- and back: scripting taken away is found at the next refusal:
+                -- the acquire's script, or, when the acquire went without one
+                -- (on a connection that ran one less than 100 ms before:
+                -- redlock.scripted.grant), its release, and that key is then
+                -- held until its ttl
                 assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "-@scripting"))
-                local _, err, code = client:acquire(key)
+                local taken, err, code = client:acquire(key)
+                if taken then
+                    local ok
+                    ok, err, code = taken:release()
+                    assert.is_nil(ok)
+                    assert.equal(taken.token, srv:cli("GET", key))
+                    srv:cli("DEL", key)
+                end
                 assert.equal("server", code)
                 assert.matches("NOPERM", err)
                 assert.matches("detects its mode again", err)
@@ -157,6 +186,12 @@ describe("mode auto", function()
             local client = locker_client { ttl = 300 }
             assert(client:with_lock(helper.key(), function(lock)
                 assert.equal("legacy", client:mode())
+                -- past the ttl it was taken with: only its renewal (counted
+                -- by redlock.detect.renewing) says it may be held
+                local past = now() + 400
+                wait_until(10000, "renewals past the ttl", function()
+                    return now() > past and client:stats().renewed >= 2
+                end)
                 assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "+@scripting"))
                 srv:cli("CLIENT", "KILL", "USER", "locker")
                 assert.is_true(assert(client:acquire(helper.key())):release()) -- (reconnects)
@@ -165,7 +200,7 @@ describe("mode auto", function()
                 assert.equal("legacy", client:mode())
                 assert.is_true(legacy_value(srv, key))
                 assert.is_true(inner:release())
-                helper.sleep(400) -- past the ttl: renewed meanwhile, the legacy way
+                renewals(client, 1) -- still renewed, the legacy way
                 assert.is_false((lock:lost()))
                 assert.is_true(legacy_value(srv, lock.key))
             end))
@@ -174,11 +209,87 @@ describe("mode auto", function()
             local key = helper.key()
             assert(client:with_lock(key, function(lock)
                 assert.equal("script", client:mode())
-                helper.sleep(400)
+                renewals(client, 1)
                 assert.is_false((lock:lost()))
                 assert.equal(lock.token, srv:cli("GET", key))
             end))
             client:close()
+        end)
+
+        it("a lock taken by script is extended, renewed and released by script after the server went"
+            .. " legacy", function()
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "+@scripting"))
+            local client = locker_client { ttl = 60000 }
+            local key, rkey = helper.key(), helper.key()
+            local held = assert(client:acquire(key))
+            local renewed = assert(client:acquire(rkey, { ttl = 3000, renew = true }))
+            assert.equal("script", client:mode())
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "-@scripting"))
+            -- past redlock.scripted.RAISED_MS since the last grant, the
+            -- next one runs the acquire script (within it, SET NX PX alone
+            -- would take it, and its release would meet the refusal)
+            helper.sleep(2 * scripted.RAISED_MS)
+            local _, err = client:acquire(helper.key())
+            assert.matches("detects its mode again", err)
+            local other = assert(client:acquire(helper.key()))
+            assert.equal("legacy", client:mode())
+            assert.is_true(other:release())
+            -- scripting given back: on the same connection the mode stays
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "+@scripting"))
+            assert.is_true(held:extend())
+            assert.is_true(held:release())
+            assert.equal("0", srv:cli("EXISTS", key))
+            renewals(client, 1)
+            assert.is_true(renewed:release())
+            assert.equal("0", srv:cli("EXISTS", rkey))
+            assert.equal("legacy", client:mode())
+            client:close()
+        end)
+    end)
+
+    describe("a failed save (MISCONF)", function()
+        it("is no scripting refusal: the mode stays, and a lock taken before is released", function()
+            -- a save rule, and dump.rdb made a directory: BGSAVE fails, and
+            -- with stop-writes-on-bgsave-error (the default) every write,
+            -- scripts included, answers MISCONF ("... Commands that may
+            -- modify the data set are disabled ...")
+            local srv = helper.start_server { config = { 'save "3600 1"' } }
+            local fresh = redlock.new { servers = { srv:url() } }
+            local decided = redlock.new { servers = { srv:url() }, ttl = 60000 }
+            local key = helper.key()
+            local pre = assert(decided:acquire(key))
+            assert.equal("script", decided:mode())
+            local function bgsave(status)
+                srv:cli("BGSAVE")
+                wait_until(10000, "bgsave " .. status, function()
+                    local info = srv:cli("INFO", "persistence")
+                    return info:find("rdb_bgsave_in_progress:0", 1, true)
+                        and info:find("rdb_last_bgsave_status:" .. status, 1, true)
+                end)
+            end
+            assert(os.execute("mkdir " .. srv.dir .. "/dump.rdb"))
+            bgsave("err")
+            for _, client in ipairs { fresh, decided, fresh, decided } do
+                local lock, err, code = client:try_acquire(helper.key())
+                assert.is_nil(lock)
+                assert.equal("server", code)
+                assert.matches("MISCONF", err)
+                assert.not_matches("legacy", err)
+                assert.not_matches("refuses scripting", err)
+            end
+            assert.is_nil(fresh:mode())
+            assert.equal("script", decided:mode())
+            assert(os.execute("rmdir " .. srv.dir .. "/dump.rdb"))
+            bgsave("ok")
+            assert.is_true(pre:release())
+            assert.equal("0", srv:cli("EXISTS", key))
+            local lock = assert(fresh:try_acquire(key))
+            assert.equal("script", fresh:mode())
+            assert.equal(lock.token, srv:cli("GET", key))
+            assert.is_true(lock:release())
+            fresh:close()
+            decided:close()
+            srv:stop()
         end)
     end)
 

@@ -30,6 +30,7 @@ local SERVER = [[
         location = /detect { content_by_lua_block { require("probe").detect() } }
         location = /renew { content_by_lua_block { require("probe").renew() } }
         location = /renewing { content_by_lua_block { require("probe").renewing() } }
+        location = /renew_gone { content_by_lua_block { require("probe").renew_gone() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
         location = /sentinel { content_by_lua_block { require("probe").sentinel() } }
         location = /tls_api { content_by_lua_block { require("probe").tls_api() } }
@@ -189,6 +190,22 @@ describe("OpenResty (nginx + Lua module)", function()
             t = lines(body)
             assert.equal("connection", t.code, body)
             assert.matches("^connection: 127%.0%.0%.1:%d+: could not connect %(", t.err)
+        end)
+
+        it("warns in the error log (ngx.log, warn) of a server that may evict lock keys, once per worker",
+            function()
+            local evicting = helper.start_server { config = { "maxmemory 100mb", "maxmemory-policy allkeys-lru" } }
+            for _ = 1, 3 do
+                local body = ngx_server:get(string.format("/auth?port=%d&key=%s", evicting.port, helper.key("evict")))
+                assert.matches("token=%x+", body)
+            end
+            local f = assert(io.open(ngx_server.dir .. "/error.log"))
+            local log = f:read("*a")
+            f:close()
+            local _, n = log:gsub("%[warn%][^\n]*redlock: warning: 127%.0%.0%.1:" .. evicting.port
+                .. " may evict lock keys: maxmemory%-policy allkeys%-lru", "")
+            assert.is_true(n >= 1 and n <= 3, log)
+            evicting:stop()
         end)
     end)
 
@@ -370,6 +387,26 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("active=false", (ngx_server:get("/renewing")))
             assert.same({}, ngx_server:errors())
         end)
+
+        it("a request that ends without releasing its renewed lock ends the renewal: the key expires",
+            function()
+                local key = helper.key("renew")
+                local body, code = ngx_server:get("/renew_gone?key=" .. key .. "&ttl=300")
+                assert.equal(200, code, body)
+                -- renewed for the worker's life before: wait (up to 5 s) for
+                -- the key to expire, ttl after the last renewal
+                local expired = false
+                for _ = 1, 250 do
+                    if data:command("EXISTS", key) == 0 then
+                        expired = true
+                        break
+                    end
+                    helper.sleep(20)
+                end
+                assert.is_true(expired, "still renewed after its request ended")
+                assert.equal("active=false", (ngx_server:get("/renewing")))
+                assert.same({}, ngx_server:errors())
+            end)
 
         it("a renewed lock deleted by hand is lost: on_lost runs, release says 'not owner'", function()
             local key = helper.key("renew")

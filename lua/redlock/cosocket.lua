@@ -24,7 +24,8 @@ local setmetatable, select, type, error, tostring, ipairs, pcall =
     setmetatable, select, type, error, tostring, ipairs, pcall
 local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
 local floor, max = math.floor, math.max
-local running = coroutine.running
+local running, status = coroutine.running, coroutine.status
+local WEAK_V = { __mode = "v" }
 local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
@@ -864,10 +865,17 @@ function _M.fanout_eval_wait(conns, timeout, replicas, ms, aof, name, nkeys, ...
 end
 
 --- Renews `lock` from nginx timers: a token-checked extend every `every`
--- ms (default a third of the lock's ttl), until the lock is released or
--- lost, or, when opts.max_hold is given, max_hold ms have passed since
--- renewal began (then the lock expires on its own); without it, while the
--- worker lives, as redlock.hold's renewal. Timers may always yield, so the
+-- ms (default a third of the lock's ttl), while its holder holds it: until
+-- the lock is released or lost, or its holder is gone, or, when
+-- opts.max_hold is given, max_hold ms have passed since renewal began
+-- (then the lock expires on its own). The holder is the coroutine that
+-- called renew (a request's handler, a light thread, a timer): renewal
+-- stops at the first tick after it returned or raised, and, since
+-- ngx.exit, a client abort or a killed light thread leave it suspended for
+-- good rather than dead, once it is collected (it is held weakly).
+-- opts.detached = true unties it (renewal then also outlives the request:
+-- the caller releases the lock elsewhere, e.g. in log_by_lua, or sets
+-- max_hold). Timers may always yield, so the
 -- extends go over cosockets, each on a pooled connection of its own, even
 -- for a lock taken where nginx had none. A chain of ngx.timer.at rather
 -- than ngx.timer.every, which cannot be stopped: each renewal ends with its
@@ -876,7 +884,7 @@ end
 -- again at the next tick while the lock may still be valid.
 -- @tparam table lock a redlock lock
 -- @tparam[opt] table opts every, max_hold (ms), on_lost(lock) (called in the
---   timer when an extend finds the lock gone)
+--   timer when an extend finds the lock gone), detached
 -- @treturn table|nil a handle (stop(), and fields active, lost, err), or
 --   nil, message when nginx refused the timer
 function _M.renew(lock, opts)
@@ -885,6 +893,14 @@ function _M.renew(lock, opts)
     local deadline = opts.max_hold and now() + opts.max_hold or math.huge
     local handle = { active = true }
     function handle.stop() handle.active = false end
+    -- the holder, weakly (a coroutine outside any, the main one, is none)
+    local co, main = running()
+    local holder = not opts.detached and co and not main and setmetatable({ co }, WEAK_V)
+    local function gone()
+        if not holder then return false end
+        local c = holder[1]
+        return c == nil or status(c) == "dead"
+    end
     local tick
     local function again()
         local ok, err = ngx.timer.at(every / 1000, tick)
@@ -896,6 +912,11 @@ function _M.renew(lock, opts)
     tick = function(premature)
         if premature or not handle.active or lock.released or now() >= deadline then
             handle.active = false
+            return
+        end
+        if gone() then
+            -- (the key expires on its own, ttl after the last renewal)
+            handle.active, handle.err = false, "renewal: its holder ended without releasing the lock"
             return
         end
         local ok, err, code = lock:extend()

@@ -13,6 +13,8 @@ local events = require "redlock.events"
 local detect = require "redlock.detect"
 local show_key = require("redlock.util").show_key
 
+local ops_for = detect.ops_for
+
 local new_renewer, now = core.renewer, core.now
 local checks = options.checks
 local setmetatable, ipairs, pairs, next, error, pcall = setmetatable, ipairs, pairs, next, error, pcall
@@ -107,60 +109,49 @@ function _M.dispatch(client)
     end
 end
 
--- Whether the renewal thread can extend on server: with the extend script,
--- or in legacy mode with WATCH/MULTI (redlock.legacy's guarded extend, in
--- C). A legacy server without WATCH cannot be renewed: checking the token
--- and writing would be two steps another client could come between. ("auto"
--- servers not decided yet count: they answer the script or fail like a
--- down server.)
-local function legacy_server(server) return server.ops.name == "legacy" end
-local function can_renew(server)
-    if not legacy_server(server) then return true end
+-- Whether token's lock is extended in legacy mode on server: the mode that
+-- took it there (redlock.detect.ops_for; a server of mode "auto" may have
+-- changed mode since).
+local function legacy_lock(server, token) return ops_for(server, token).name == "legacy" end
+
+-- Whether the renewal thread can extend token's lock on server: with the
+-- extend script, or in legacy mode with WATCH/MULTI (redlock.legacy's
+-- guarded extend, in C). A legacy server without WATCH cannot be renewed:
+-- checking the token and writing would be two steps another client could
+-- come between. ("auto" servers not decided yet count: they answer the
+-- script or fail like a down server.)
+local function can_renew(server, token)
+    if not legacy_lock(server, token) then return true end
     -- a plain value (legacy_value = "plain") changes with each extend and
     -- only Lua knows the last one: the thread could not check it
     return server.caps ~= nil and server.caps.watch and not server.plain
 end
 
 -- Renewal needs a majority of servers it can extend on.
-local function renewable(client)
+local function renewable(client, token)
     local servers = client.servers
     local n, able = #servers, 0
     for i = 1, n do
-        if can_renew(servers[i]) then able = able + 1 end
+        if can_renew(servers[i], token) then able = able + 1 end
     end
     return able >= floor(n / 2) + 1
 end
 
--- A server's legacy flag for the renewal thread: false (the script),
--- true (legacy mode), "expire" (legacy mode on a server without PEXPIRE,
--- before 2.6: extended with EXPIRE).
-local function legacy_flag(server)
-    if not legacy_server(server) then return false end
-    return server.caps and server.caps.pexpire == false and "expire" or true
-end
-
--- Whether client.modes (the servers' legacy flags, see modes) still says
--- how each server runs: a server of mode "auto" may have changed mode
--- (redlock.detect).
-local function same_modes(client)
-    local was = client.modes
-    for i, server in ipairs(client.servers) do
-        if was[i] ~= legacy_flag(server) then return false end
-    end
-    return true
-end
-
--- The servers' legacy flags now, which a renewed lock is extended by
--- (renewer:add): kept on the client, made again when one changed.
-local function modes(client)
+-- The servers' legacy flags for token's lock, which the renewal thread
+-- extends it by (renewer:add): per lock in mode "auto" (each server's flag
+-- is the mode that took the lock there), else the same for every lock
+-- (kept on the client). A flag: false (the script), true (legacy mode),
+-- "expire" (legacy mode on a server without PEXPIRE, before 2.6: extended
+-- with EXPIRE).
+local function modes(client, token)
     local m = client.modes
-    if m and (client.opts.mode ~= "auto" or same_modes(client)) then return m end
+    if m then return m end
     m = {}
     for i, server in ipairs(client.servers) do
-        m[i] = legacy_flag(server)
+        m[i] = legacy_lock(server, token) and (server.caps and server.caps.pexpire == false and "expire" or true)
         m.any = m.any or m[i] ~= false
     end
-    client.modes = m
+    if client.opts.mode ~= "auto" then client.modes = m end
     return m
 end
 
@@ -183,7 +174,7 @@ end
 local function renewing_legacy(lock)
     local counted
     for _, server in ipairs(lock.client.servers) do
-        if legacy_server(server) and detect.renewing(server, 1, lock.token, lock.ttl) then
+        if detect.renewing(server, 1, lock.token, lock.ttl) then
             counted = counted or {}
             counted[#counted + 1] = server
         end
@@ -194,8 +185,8 @@ end
 local function start_renewal(lock, max_hold, t0)
     local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
-    if lock.ttl < 3 or not renewable(client) then return end
-    local r, m = renewer(client), modes(client)
+    if lock.ttl < 3 or not renewable(client, lock.token) then return end
+    local r, m = renewer(client), modes(client, lock.token)
     local n = #client.servers
     -- a lock that waits for replicas (lock.rep) renews the same way
     local rep = lock.rep

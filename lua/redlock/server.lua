@@ -8,6 +8,7 @@ local options = require "redlock.options"
 local scripted = require "redlock.scripted"
 
 local setmetatable, type, gsub = setmetatable, type, string.gsub
+local ops_for = detect.ops_for
 
 -- The operations per opts.mode; auto's replace themselves on first use.
 local OPS = { script = scripted, legacy = legacy, auto = detect }
@@ -32,6 +33,9 @@ function _M.new(spec, mode)
         scripts_only = spec.cluster ~= nil,
         -- fence counters per slot, not per server (redlock.util.fence_counter)
         slot_fences = spec.cluster ~= nil,
+        -- the uncontended acquire may go without a script (conn:grant,
+        -- redlock.scripted.grant); a Cluster's takes the scripts' way
+        grants = spec.cluster == nil,
     }, Server)
 end
 
@@ -93,10 +97,12 @@ function Server:acquire(key, token, ttl, waiting, handoff, unfenced, rep)
     return noted(self, self.ops.acquire(self, key, token, ttl, waiting, handoff, unfenced, rep))
 end
 --- true | false (not ours any more) | nil, err, code
-function Server:release(key, token) return noted(self, self.ops.release(self, key, token)) end
+-- (release and extend: by the operations that took the lock, see
+-- redlock.detect.ops_for)
+function Server:release(key, token) return noted(self, ops_for(self, token).release(self, key, token)) end
 --- true[, acked] | false (not ours any more) | nil, err, code
 function Server:extend(key, token, ttl, rep)
-    return noted(self, self.ops.extend(self, key, token, ttl, rep))
+    return noted(self, ops_for(self, token).extend(self, key, token, ttl, rep))
 end
 
 --- Waits for a release of key, at most ms: true when it waited (notified

@@ -18,6 +18,8 @@
 --   give_up(client, key, token)      a waiter that wait() served gives up
 --                                     (with wait); "handed", fence, since
 --                                     when a lock was handed to it first
+local ops_for = require("redlock.detect").ops_for
+
 local _M = { name = "single" }
 
 --- The outcome of server's acquire operation as this strategy answers it:
@@ -48,7 +50,7 @@ end
 
 function _M.release(client, key, token)
     local server = client.servers[1]
-    return released(server, server.ops.release(server, key, token))
+    return released(server, ops_for(server, token).release(server, key, token))
 end
 
 function _M.extend(client, key, token, ttl, rep)

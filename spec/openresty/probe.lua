@@ -256,6 +256,15 @@ function _M.renew()
     ngx.say("handle_lost=", tostring(handle.lost))
 end
 
+--- GET /renew_gone?key=K&ttl=T: takes lock K with ttl T, renews it from
+-- nginx timers and ends without releasing it (its renewal must end with it).
+function _M.renew_gone()
+    local args = ngx.req.get_uri_args()
+    local lock = assert(counter.client:acquire(args.key, { ttl = tonumber(args.ttl) }))
+    _M.last_renewal = assert(cosocket.renew(lock))
+    ngx.say("taken")
+end
+
 --- GET /replicas?ports=P1[,P2,P3]&key=K&n=N&ms=T[&aof=1]: a client over
 -- those servers (one: single server; three: Redlock) that waits for N
 -- replicas (replica_timeout T) takes lock K, extends it and releases it;

@@ -274,10 +274,10 @@ function _M.parse(args, getenv)
     code, from = lookup(raw, getenv, "conflict-exit-code")
     if code ~= nil then
         local n = match(code, "^%d+$") and tonumber(code)
-        if not n or n > 255 then usage("%s: expected 1 to 125, got '%s'", from, code) end
-        if not codes.free(n) then
-            usage("%s: %d is a status redlock gives for something else; free: 1-63, 65-68,"
-                .. " 72-74, 78-125", from, n)
+        -- (one check, one message: codes.free is the rule)
+        if not n or not codes.free(n) then
+            usage("%s: expected a status redlock gives for nothing else (free: 1-63, 65-68, 72-74,"
+                .. " 78-125), got '%s'", from, code)
         end
         cfg.conflict_code = n
     end

@@ -1,0 +1,503 @@
+-- Conformance of the topology rules: the same cases (MOVED, ASK, TRYAGAIN,
+-- CLUSTERDOWN twice, a Cluster failover, CLUSTER SLOTS refused by one node,
+-- a Sentinel failover, sentinels that name a replica, a hung sentinel) run
+-- through every path that reaches Redis: the plain client (hiredis), alone
+-- and waiting for a replica, the Redlock fan-out with the topology as one
+-- voter, the renewal thread of one server and of a Redlock, and nginx's
+-- cosockets (spec/conformance.lua has the drivers). Each case says
+-- once what must come out, and a table of case x driver makes one test of
+-- each cell. Real servers only: one Cluster (3 masters, 1 replica each) and
+-- one Sentinel group, shared by the cases, in the order below (the
+-- failovers change them for the cases after).
+--
+-- A cell where a path does not do today what the case asks is pending
+-- ("differs today: ...") rather than failing: REDLOCK_CONFORMANCE_ALL=1 runs
+-- those cells too, to see which now pass. A cell that cannot apply to a
+-- path is pending with "n/a".
+local helper = require "helper"
+local conf = require "conformance"
+local util = require "redlock.util"
+
+local ALL = os.getenv("REDLOCK_CONFORMANCE_ALL")
+
+local fx -- the fixture (conformance.start)
+local key = conf.key
+local function owner(k) return (helper.cluster_owner(fx.cluster, k)) end
+local function get(node, k) return node:cli("GET", k) end
+
+-- The slot migration of helper.move_slot, finished (IMPORTING and
+-- MIGRATING may be set already).
+local function finish_move(slot, from, to) helper.move_slot(fx.cluster, slot, from, to) end
+
+-- A sentinel's answer for `name` made `node`, at run time.
+local function monitor(sentinel, name, node)
+    sentinel:cli("SENTINEL", "REMOVE", name)
+    assert(sentinel:cli("SENTINEL", "MONITOR", name, "127.0.0.1", node.port, "1") == "OK")
+    -- (no failover of its own while it names a replica)
+    sentinel:cli("SENTINEL", "SET", name, "down-after-milliseconds", "60000")
+    assert.equal("127.0.0.1:" .. node.port, sentinel:master_addr(name))
+end
+
+-- The cases, in the order they run. Fields:
+--   topology   "cluster" or "sentinel": which URL the drivers use (url(s)
+--              overrides it), and which voter the fan-out watches
+--   shared     one event for every driver (prepared all first), else one
+--              per driver
+--   warm       a request driver takes and releases the lock once before the
+--              event (its client then knows the topology as it was)
+--   renew_ttl, renew_warm, renew_wait
+--              the renewal driver's lock, whether a renewal is made before
+--              the event (default: warm), how long it is held after
+--   op         "acquire" (default: a try_acquire after the event) or
+--              "extend" (of a lock taken before the event, with hold_ttl;
+--              extended to extend_ttl)
+--   setup(s)   once, before the case's first cell (s: the case's state)
+--   prepare(s, d, ctx)   per driver: ctx.key at least
+--   event(s, ctx, d)     the topology event (shared: ctx and d are nil)
+--   check(s, ctx, obs, d)   THE assertion, the same for every driver
+--   restore(s, ctx, d)   after each cell's check (per driver), or once
+--              after the case (shared)
+--   fanout_default_budget   the fan-out driver keeps its default time limit
+--              per voter (else 1000 ms, the other drivers' timeout)
+--   differs    driver name -> what it does today instead (pending cells)
+--   na         driver name -> why the case cannot apply
+local cases = {}
+
+cases[#cases + 1] = {
+    name = "MOVED: the slot moved to another master after the client loaded the map",
+    topology = "cluster", shared = true, warm = true,
+    setup = function(s)
+        s.tag = "{" .. key("moved") .. "}"
+        s.from, s.slot = helper.cluster_owner(fx.cluster, s.tag)
+        s.to = conf.other_master(fx, s.from)
+    end,
+    prepare = function(s, d, ctx) ctx.key = s.tag .. d.name end,
+    event = function(s) helper.move_slot(fx.cluster, s.slot, s.from, s.to) end,
+    -- the command follows MOVED in the same call: taken, on the new master
+    check = function(s, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(s.to, ctx.key))
+    end,
+}
+
+cases[#cases + 1] = {
+    name = "ASK: the lock key moved to the importing master, its slot still migrating",
+    topology = "cluster", shared = true, warm = true, op = "extend", hold_ttl = 15000, extend_ttl = 60000,
+    setup = function(s)
+        s.tag = "{" .. key("ask") .. "}"
+        s.from, s.slot = helper.cluster_owner(fx.cluster, s.tag)
+        s.to = conf.other_master(fx, s.from)
+    end,
+    prepare = function(s, d, ctx) ctx.key = s.tag .. d.name end,
+    event = function(s)
+        assert.equal("OK", s.to:cli("CLUSTER", "SETSLOT", s.slot, "IMPORTING", s.from:cli("CLUSTER", "MYID")))
+        assert.equal("OK", s.from:cli("CLUSTER", "SETSLOT", s.slot, "MIGRATING", s.to:cli("CLUSTER", "MYID")))
+        -- the lock keys only: the slot's fence counter stays behind
+        for _, k in ipairs(s.keys) do
+            assert.equal("OK", s.from:cli("MIGRATE", "127.0.0.1", s.to.port, k, "0", "5000"))
+        end
+    end,
+    -- the extend (one key) follows ASK to the importing master, after
+    -- ASKING: the lock is extended there
+    check = function(s, ctx, obs, d)
+        assert.is_true(obs.ok, obs.err)
+        local token, pttl = conf.asking(s.to, { "GET", ctx.key }, { "PTTL", ctx.key })
+        assert.equal(obs.token, token)
+        if not d.renews then assert.is_true(pttl > 15000, pttl .. " ms left: not extended") end
+    end,
+    restore = function(s) finish_move(s.slot, s.from, s.to) end,
+}
+
+cases[#cases + 1] = {
+    name = "TRYAGAIN: a new lock in a slot that migrates, its fence counter still on the old master",
+    topology = "cluster", warm = true,
+    differs = {
+        acked = "conn.c's script + WAIT loop gives up after 8 tries (pauses of 5 to 40 ms, about 155 ms), "
+            .. "not at the call's time limit: 'connection: ...: TRYAGAIN Multiple keys request ...'",
+        fanout = "fanout.c reports TRYAGAIN as a stale connection and quorum.lua sends once more at once; "
+            .. "the Cluster's vote is then 'connection: ...: TRYAGAIN Multiple keys request ...'",
+    },
+    na = {
+        renew = "the renewal thread only extends: a one-key script, which a migrating slot runs or "
+            .. "answers ASK, never TRYAGAIN (only acquire and release carry two keys or more)",
+        renew_redlock = "as renew: the renewal thread only extends (one key), never TRYAGAIN",
+    },
+    prepare = function(_, d, ctx)
+        ctx.key = "{" .. key("try") .. "}" .. d.name
+        ctx.from, ctx.slot = helper.cluster_owner(fx.cluster, ctx.key)
+        ctx.to = conf.other_master(fx, ctx.from)
+    end,
+    -- (warm: the fence counter exists on the old master now) the lock key
+    -- is missing and the counter is not: TRYAGAIN, on both masters, until
+    -- the migration ends 300 ms later
+    event = function(_, ctx)
+        local from, to, slot = ctx.from, ctx.to, ctx.slot
+        assert.equal("OK", to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", from:cli("CLUSTER", "MYID")))
+        assert.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", to:cli("CLUSTER", "MYID")))
+        local counter = util.fence_counter(ctx.key, true)
+        assert.equal(counter, from:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"))
+        local steps = { conf.cli_cmd(from, "MIGRATE", "127.0.0.1", to.port, counter, "0", "5000") }
+        for _, m in ipairs(conf.masters(fx)) do
+            steps[#steps + 1] = conf.cli_cmd(m, "CLUSTER", "SETSLOT", slot, "NODE", to:cli("CLUSTER", "MYID"))
+        end
+        conf.later(300, table.concat(steps, "; "))
+    end,
+    -- TRYAGAIN passes on its own: the command is sent again, after pauses,
+    -- within the call's time; taken on the new master
+    check = function(_, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(ctx.to, ctx.key))
+    end,
+    restore = function(_, ctx)
+        assert(helper.eventually(5000, function() return owner(ctx.key) == ctx.to end), "the migration did not end")
+    end,
+}
+
+local down = {
+    name = "CLUSTERDOWN: the slot's master stops serving it for a moment (DELSLOTS, then ADDSLOTS)",
+    topology = "cluster", warm = true, renew_ttl = 3000, renew_wait = 4000,
+    differs = {
+        acked = "conn.c's script + WAIT loop gives up after 8 tries (about 155 ms), not at the call's "
+            .. "time limit: 'connection: ...: CLUSTERDOWN Hash slot not served'",
+        fanout = "fanout.c reports CLUSTERDOWN as a stale connection and quorum.lua sends once more at "
+            .. "once; the Cluster's vote is then 'connection: ...: CLUSTERDOWN Hash slot not served'",
+    },
+    prepare = function(_, d, ctx)
+        -- a master that is not the first seed: the map reloaded from the
+        -- first seed still names it (other nodes keep it as the owner)
+        local first = conf.first_seed(fx)
+        repeat
+            ctx.key = "{" .. key("down") .. "}" .. d.name
+            ctx.node, ctx.slot = helper.cluster_owner(fx.cluster, ctx.key)
+        until ctx.node ~= first
+    end,
+    event = function(_, ctx, d)
+        assert.equal("OK", ctx.node:cli("CLUSTER", "DELSLOTS", ctx.slot))
+        assert.matches("^CLUSTERDOWN", get(ctx.node, ctx.key))
+        conf.later(d.renews and 1000 or 300, conf.cli_cmd(ctx.node, "CLUSTER", "ADDSLOTS", ctx.slot))
+    end,
+    -- CLUSTERDOWN passes on its own: sent again after pauses, within the
+    -- call's time; taken on the master, serving again
+    check = function(_, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(ctx.node, ctx.key))
+    end,
+    restore = function(_, ctx)
+        assert(helper.eventually(5000, function() return not get(ctx.node, ctx.key):match("^CLUSTERDOWN") end),
+            "the slot was not served again")
+    end,
+}
+cases[#cases + 1] = down
+
+cases[#cases + 1] = {
+    name = "CLUSTERDOWN from the first seed: the map reloaded from it lacks the slot for a moment",
+    topology = "cluster", warm = true, renew_ttl = 3000, renew_wait = 4000,
+    -- (csrc/cluster.c's node_for and ngx_cluster.node_for: a map without
+    -- the slot counts as loaded, and a slot without a node as final)
+    differs = {
+        plain = "the map reloaded without the slot is kept as loaded: 'server: ...: no node serves slot N "
+            .. "(CLUSTERDOWN?)' at once, not retried within the call's time",
+        acked = "as plain: 'server: ...: no node serves slot N (CLUSTERDOWN?)' at once",
+        fanout = "as plain: the Cluster's vote is 'server: ...: no node serves slot N (CLUSTERDOWN?)'",
+        renew = "the thread's map, reloaded without the slot, is not reloaded when the slot is served "
+            .. "again 1 s later: every round fails 'no node serves slot N', and the lock expires",
+        renew_redlock = "as renew (the thread's fan-out routes through the same map): the lock expires",
+        nginx = "ngx_cluster.node_for, the same: 'server: ...: no node serves slot N (CLUSTERDOWN?)' at once",
+    },
+    prepare = function(_, d, ctx)
+        local first = conf.first_seed(fx)
+        repeat
+            ctx.key = "{" .. key("down1") .. "}" .. d.name
+            ctx.node, ctx.slot = helper.cluster_owner(fx.cluster, ctx.key)
+        until ctx.node == first
+    end,
+    -- the same transient state as CLUSTERDOWN, and the same outcome
+    event = down.event, check = down.check, restore = down.restore,
+}
+
+cases[#cases + 1] = {
+    name = "CLUSTER SLOTS refused by the first seed (ACL), answered by the next",
+    topology = "cluster", warm = false,
+    differs = {
+        nginx = "ngx_cluster.load gives up at the first node that answers CLUSTER SLOTS with an error: "
+            .. "'server: ...: not a cluster node (CLUSTER SLOTS: NOPERM ...)'",
+    },
+    setup = function(s)
+        local deny = fx.cluster.nodes[3]
+        for _, node in ipairs(fx.cluster.nodes) do
+            assert.equal("OK", node:cli("ACL", "SETUSER", "conform", "on", ">conform-pw", "~*", "&*", "+@all"))
+        end
+        assert.equal("OK", deny:cli("ACL", "SETUSER", "conform", "-cluster|slots"))
+        -- (a seed list of its own: nginx keeps one slot map per seed list)
+        s.url = "redis+cluster://conform:conform-pw@" .. fx.cluster.seeds[3] .. "," .. fx.cluster.seeds[4]
+    end,
+    url = function(s) return s.url end,
+    prepare = function(_, _, ctx) ctx.key = key("slots") end,
+    check = function(_, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(owner(ctx.key), ctx.key))
+    end,
+}
+
+cases[#cases + 1] = {
+    name = "a Cluster master killed, its replica promoted",
+    topology = "cluster", shared = true, warm = true, renew_ttl = 6000, renew_wait = 6500,
+    na = { acked = "the promoted master has no replica left to acknowledge a write" },
+    setup = function(s)
+        s.tag = "{" .. key("failover") .. "}"
+        s.master = helper.cluster_owner(fx.cluster, s.tag)
+        s.replica = conf.replica_of(fx, s.master)
+    end,
+    prepare = function(s, d, ctx) ctx.key = s.tag .. d.name end,
+    event = function(s)
+        s.master:cli("WAIT", "1", "5000") -- the renewed lock is on the replica too
+        s.master:kill()
+        assert(helper.eventually(30000, function() return s.replica:cli("ROLE"):match("^master") ~= nil end),
+            "the replica was not promoted")
+        -- every node knows: the map a client reloads from any of them names
+        -- the new master (a node that has not learned it yet is another case)
+        local function line_of(nodes, node)
+            return nodes:match("[^\n]* 127%.0%.0%.1:" .. node.port .. "@[^\n]*") or ""
+        end
+        assert(helper.eventually(20000, function()
+            for _, node in ipairs(fx.cluster.nodes) do
+                if helper.alive(node.pid) then
+                    local nodes = node:cli("CLUSTER", "NODES")
+                    if not node:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true)
+                        or not line_of(nodes, s.replica):find("master", 1, true)
+                        or not line_of(nodes, s.master):find(" master,fail ", 1, true) then
+                        return false
+                    end
+                end
+            end
+            return true
+        end), "the Cluster did not agree on the new master")
+    end,
+    -- the next call finds the new master (the map reloaded after the
+    -- connection failed): taken there; a renewed lock stays held there
+    check = function(s, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(s.replica, ctx.key))
+    end,
+}
+
+cases[#cases + 1] = {
+    name = "a Sentinel failover",
+    topology = "sentinel", shared = true, warm = true, renew_ttl = 3000, renew_wait = 3500,
+    setup = function(s) s.old, s.new = conf.sentinel_roles(fx) end,
+    prepare = function(_, _, ctx) ctx.key = key("sfailover") end,
+    event = function(s)
+        s.old:cli("WAIT", "1", "5000") -- the renewed lock is on the replica too
+        local new_addr = "127.0.0.1:" .. s.new.port
+        assert.matches("^OK", fx.sentinels[1]:cli("SENTINEL", "FAILOVER", fx.name))
+        assert(helper.eventually(20000, function()
+            for _, sentinel in ipairs(fx.sentinels) do
+                if sentinel:master_addr(fx.name) ~= new_addr then return false end
+            end
+            return true
+        end), "the sentinels did not switch to the replica")
+        assert(helper.eventually(20000, function() return s.old:cli("ROLE"):match("^slave") ~= nil end),
+            "the old master was not turned into a replica")
+        -- (replicating: the new master has a replica to acknowledge writes)
+        assert(helper.eventually(20000, function()
+            return s.old:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+        end), "the old master did not start replicating the new one")
+    end,
+    -- once the old master is a replica, the next call lands on the new
+    -- one; a renewed lock stays held there
+    check = function(s, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(s.new, ctx.key))
+    end,
+}
+
+cases[#cases + 1] = {
+    name = "the sentinels name a replica: ROLE asked in three rounds, then an error, never a write there",
+    topology = "sentinel", warm = false, renew_warm = true, renew_ttl = 1500, renew_wait = 3000,
+    differs = {
+        nginx = "asks ROLE twice (on the new connection, then once more on Server:eval's stale retry), "
+            .. "not in csrc/sentinel.c's three rounds; the same error",
+    },
+    setup = function(s)
+        local master = conf.sentinel_roles(fx)
+        s.liar = helper.start_sentinel({ liar = master }, { quorum = 1 })
+    end,
+    url = function(s) return conf.sentinel_url({ s.liar }, "liar") end,
+    prepare = function(s, _, ctx)
+        ctx.master, ctx.replica = conf.sentinel_roles(fx)
+        monitor(s.liar, "liar", ctx.master) -- (the renewal driver takes its lock there)
+        ctx.key = key("liar")
+    end,
+    event = function(s, ctx)
+        ctx.roles = conf.calls(ctx.replica, "role")
+        ctx.evals = conf.calls(ctx.replica, "evalsha") + conf.calls(ctx.replica, "eval")
+        monitor(s.liar, "liar", ctx.replica)
+    end,
+    check = function(_, ctx, obs)
+        assert.is_false(obs.ok, "taken on a replica")
+        assert.matches("not a master", obs.err)
+        if obs.code then assert.equal("connection", obs.code) end
+        local roles = conf.calls(ctx.replica, "role") - ctx.roles
+        assert.is_true(roles > 0 and roles % 3 == 0, roles .. " ROLE calls, not rounds of three")
+        assert.equal(ctx.evals, conf.calls(ctx.replica, "evalsha") + conf.calls(ctx.replica, "eval"))
+    end,
+    teardown = function(s) s.liar:stop() end,
+}
+
+cases[#cases + 1] = {
+    name = "a hung sentinel (SIGSTOP), first in the list",
+    topology = "sentinel", shared = true, warm = false, renew_warm = true, renew_ttl = 3000, renew_wait = 4000,
+    -- (the fan-out with its default time limit: what that limit covers)
+    fanout_default_budget = true,
+    differs = {
+        fanout = "fanout.c asks the sentinels inside the voter's time limit, before poll(): the hung "
+            .. "sentinel's 500 ms use up 2 x server_timeout, and the Sentinel's vote is 'connection: ...: "
+            .. "timed out after 50 ms waiting for a reply' (the next call works)",
+    },
+    url = function() return conf.sentinel_url(fx.sentinels) end,
+    prepare = function(_, _, ctx) ctx.key = key("hung") end,
+    event = function() fx.sentinels[1]:freeze() end,
+    -- the others answer: taken on the master, the hung one costing its
+    -- short timeout
+    check = function(_, ctx, obs)
+        assert.is_true(obs.ok, obs.err)
+        assert.equal(obs.token, get(conf.sentinel_roles(fx), ctx.key))
+    end,
+    restore = function() fx.sentinels[1]:thaw() end,
+}
+
+-- --- the runner ---------------------------------------------------------------
+
+local function url_of(case, s)
+    if case.url then return case.url(s) end
+    if case.topology == "cluster" then return fx.cluster.url end
+    -- the first sentinel last: the hung case puts it first
+    return conf.sentinel_url({ fx.sentinels[2], fx.sentinels[3], fx.sentinels[1] })
+end
+
+-- Before the event: the driver's client, and its lock or its warm-up.
+local function arm(case, s, d, ctx)
+    ctx.url = url_of(case, s)
+    ctx.default_budget = case.fanout_default_budget
+    d.open(fx, ctx)
+    case.prepare(s, d, ctx)
+    if d.renews then
+        local warm = case.renew_warm
+        if warm == nil then warm = case.warm end
+        ctx.held = d.hold(fx, ctx, ctx.key, case.renew_ttl or 1500, warm)
+    elseif case.op == "extend" then
+        ctx.held = d.acquire(fx, ctx, ctx.key, case.hold_ttl)
+        assert(ctx.held.ok, ctx.held.err)
+    elseif case.warm then
+        local w = d.acquire(fx, ctx, ctx.key, 5000)
+        assert(w.ok, w.err)
+        d.release(fx, ctx, w)
+    end
+end
+
+-- After the event: the driver's observation.
+local function act(case, d, ctx)
+    if d.renews then
+        helper.sleep(case.renew_wait or 2500)
+        return d.observe(fx, ctx, ctx.held)
+    end
+    if case.op == "extend" then return d.extend(fx, ctx, ctx.held, case.extend_ttl) end
+    local obs = d.acquire(fx, ctx, ctx.key, 5000)
+    if obs.ok then ctx.taken = obs end
+    return obs
+end
+
+local function cleanup(d, ctx)
+    for _, held in ipairs({ ctx.held, ctx.taken }) do
+        if held and held.ok then pcall(d.release, fx, ctx, held) end
+    end
+    pcall(d.close, fx, ctx)
+end
+
+local skip_all = helper.lua54_only()
+
+describe("Conformance of the topology rules", function()
+    if skip_all then
+        pending("skipped: " .. skip_all)
+        return
+    end
+
+    local skips = {}
+    for _, d in ipairs(conf.drivers) do skips[d.name] = d.skip and d.skip() or false end
+
+    setup(function() fx = conf.start() end)
+    teardown(function()
+        for _, d in ipairs(conf.drivers) do
+            if d.stop then d.stop() end
+        end
+        helper.stop_all()
+    end)
+
+    for _, case in ipairs(cases) do
+        describe(case.name, function()
+            local s = {}      -- the case's own state
+            local runs = {}   -- the drivers whose cells run
+            for _, d in ipairs(conf.drivers) do
+                local why = skips[d.name]
+                local na = case.na and case.na[d.name]
+                local differs = not ALL and case.differs and case.differs[d.name]
+                if why then
+                    pending(d.name .. ": skipped: " .. why)
+                elseif na then
+                    pending(d.name .. ": n/a: " .. na)
+                elseif differs then
+                    pending(d.name .. ": differs today: " .. differs)
+                else
+                    runs[#runs + 1] = d
+                end
+            end
+            if #runs == 0 then return end
+
+            local ctxs = {}
+            local function once()
+                if s.ready then return end
+                s.ready = true
+                if case.setup then case.setup(s) end
+                if case.shared then
+                    -- every driver armed, one event for all
+                    s.keys = {}
+                    for _, d in ipairs(runs) do
+                        local ctx = {}
+                        ctxs[d] = ctx
+                        arm(case, s, d, ctx)
+                        s.keys[#s.keys + 1] = ctx.key
+                    end
+                    if case.event then case.event(s) end
+                end
+            end
+
+            teardown(function()
+                if s.ready and case.shared and case.restore then pcall(case.restore, s) end
+                for d, ctx in pairs(ctxs) do cleanup(d, ctx) end
+                if s.ready and case.teardown then case.teardown(s) end
+            end)
+
+            for _, d in ipairs(runs) do
+                it(d.name, function()
+                    once()
+                    local ctx = ctxs[d]
+                    if not case.shared then
+                        ctx = {}
+                        s.keys = nil
+                        finally(function()
+                            if case.restore then case.restore(s, ctx, d) end
+                            cleanup(d, ctx)
+                        end)
+                        arm(case, s, d, ctx)
+                        s.keys = { ctx.key }
+                        if case.event then case.event(s, ctx, d) end
+                    end
+                    assert(ctx, "the case's shared set-up failed in an earlier cell")
+                    local obs = act(case, d, ctx)
+                    case.check(s, ctx, obs, d)
+                    if d.errors then assert.same({}, d.errors()) end
+                end)
+            end
+        end)
+    end
+end)

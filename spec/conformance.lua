@@ -1,0 +1,327 @@
+--- The conformance suite's fixture and drivers (spec/24-conformance_spec.lua).
+-- The fixture: one real Redis Cluster (3 masters, 1 replica each), one
+-- Sentinel group (a master, its replica, three sentinels), two plain servers
+-- (the other voters of a Redlock) and, where it can run, one nginx. The
+-- drivers take locks through each path of the library the same way, and
+-- each answers an observation { ok, token, err, code } that a case checks:
+--   plain   the Lua client over the hiredis connection (csrc/conn.c,
+--           cluster.c, sentinel.c)
+--   acked   the same, waiting for a replica (replicas = 1): the script and
+--           WAIT in one write, conn.c's own round trip (round_trip_wait)
+--   fanout  a Redlock of the topology and the two plain servers: the
+--           fan-out of csrc/fanout.c and lua/redlock/quorum.lua; what is
+--           observed is the topology's own vote
+--   renew   the renewal thread (csrc/renew.c): a lock held with renew =
+--           true through the case's event, observed afterwards
+--   renew_redlock   the same for a Redlock of the topology and one plain
+--           server (a majority of 2): the thread's rounds go through the
+--           fan-out
+--   nginx   the cosockets inside nginx (lua/redlock/cosocket.lua,
+--           ngx_cluster.lua, ngx_sentinel.lua): spec/openresty/conform.lua
+local helper = require "helper"
+
+local _M = {}
+
+local function key_of(prefix) return helper.key("conf-" .. prefix) end
+_M.key = key_of
+
+-- "name=value" lines of an nginx answer into a table.
+local function lines(body)
+    local t = {}
+    for k, v in (body or ""):gmatch("([%w_]+)=([^\n]*)") do t[k] = v end
+    return t
+end
+
+local function enc(s)
+    return (tostring(s):gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end))
+end
+
+-- --- the fixture -----------------------------------------------------------
+
+local NAME = "mymaster"
+
+--- Starts the servers every case shares. Returns the fixture table.
+function _M.start()
+    local fx = {}
+    fx.cluster = helper.start_cluster(3, 1)
+    fx.voters = { helper.start_server(), helper.start_server() }
+    fx.master = helper.start_server()
+    fx.replica = helper.start_replica(fx.master)
+    fx.sentinels = {}
+    for i = 1, 3 do fx.sentinels[i] = helper.start_sentinel({ [NAME] = fx.master }) end
+    assert(helper.eventually(15000, function()
+        for _, s in ipairs(fx.sentinels) do
+            local out = s:cli("SENTINEL", "master", NAME)
+            if not out:find("num%-other%-sentinels\n2") or not out:find("num%-slaves\n1") then return false end
+        end
+        return true
+    end), "the sentinels did not discover each other and the replica")
+    fx.name = NAME
+    return fx
+end
+
+--- A redis+sentinel:// URL for the sentinels given (servers), in that order.
+function _M.sentinel_url(list, name)
+    local addrs = {}
+    for i, s in ipairs(list) do addrs[i] = "127.0.0.1:" .. s.port end
+    return "redis+sentinel://" .. table.concat(addrs, ",") .. "/" .. (name or NAME)
+end
+
+--- The Cluster's masters now (nodes alive that say so).
+function _M.masters(fx)
+    local out = {}
+    for _, node in ipairs(fx.cluster.nodes) do
+        if helper.alive(node.pid) and node:cli("ROLE"):match("^master") then out[#out + 1] = node end
+    end
+    return out
+end
+
+--- A master of the Cluster other than node.
+function _M.other_master(fx, node)
+    for _, m in ipairs(_M.masters(fx)) do
+        if m ~= node then return m end
+    end
+end
+
+--- The replica of a Cluster master.
+function _M.replica_of(fx, master)
+    for _, node in ipairs(fx.cluster.nodes) do
+        if node ~= master and helper.alive(node.pid) then
+            local role = node:cli("ROLE")
+            if role:match("^slave") and role:match("\n(%d+)\n") == tostring(master.port) then return node end
+        end
+    end
+end
+
+--- The node of the Cluster that the first seed of fx.cluster.url is.
+function _M.first_seed(fx)
+    local port = tonumber(fx.cluster.seeds[1]:match(":(%d+)$"))
+    for _, node in ipairs(fx.cluster.nodes) do
+        if node.port == port then return node end
+    end
+end
+
+--- The Sentinel-managed master and its replica, as the servers say now.
+function _M.sentinel_roles(fx)
+    if fx.master:cli("ROLE"):match("^master") then return fx.master, fx.replica end
+    return fx.replica, fx.master
+end
+
+--- Calls of a command on a server (INFO commandstats).
+function _M.calls(server, cmd)
+    return tonumber(server:cli("INFO", "commandstats"):match("cmdstat_" .. cmd .. ":calls=(%d+)")) or 0
+end
+
+--- Runs a shell command in the background after ms (redis-cli and the
+-- like, never under a sanitizer's preloaded runtime).
+function _M.later(ms, cmd) helper.later(ms, "env -u LD_PRELOAD sh -c " .. helper.quote(cmd)) end
+
+--- redis-cli's command line for a node, for _M.later.
+function _M.cli_cmd(node, ...)
+    local args = { "redis-cli", "-h", "127.0.0.1", "-p", tostring(node.port) }
+    for _, a in ipairs({ ... }) do args[#args + 1] = helper.quote(a) end
+    return table.concat(args, " ")
+end
+
+--- The replies of commands sent to a node after ASKING (a slot it imports).
+function _M.asking(node, ...)
+    local conn = require("redlock.core").conn({ host = "127.0.0.1", port = node.port })
+    assert(conn:command("ASKING"))
+    local out = {}
+    for i, cmd in ipairs({ ... }) do
+        out[i] = assert(conn:command((table.unpack or unpack)(cmd)))
+        if i < select("#", ...) then assert(conn:command("ASKING")) end
+    end
+    conn:close()
+    return (table.unpack or unpack)(out)
+end
+
+-- --- the drivers -----------------------------------------------------------
+
+local redlock = require "redlock"
+
+-- What every driver's client is made with (the same for all).
+local function client_opts(servers)
+    return { servers = servers, retry_delay = 5, retry_jitter = 0, server_backoff = 0 }
+end
+
+local function observe_lock(lock, err, code)
+    if not lock then return { ok = false, err = err, code = code } end
+    return { ok = true, token = lock.token, lock = lock }
+end
+
+local plain = { name = "plain" }
+
+function plain.open(_, ctx) ctx.client = redlock.new(client_opts({ ctx.url })) end
+function plain.acquire(_, ctx, key, ttl)
+    return observe_lock(ctx.client:try_acquire(key, { ttl = ttl }))
+end
+function plain.extend(_, _, held, ttl)
+    local ok, err, code = held.lock:extend(ttl)
+    return { ok = ok == true, err = err, code = code, token = held.token }
+end
+function plain.release(_, _, held) return held.lock:release() end
+function plain.close(_, ctx) if ctx.client then ctx.client:close() end end
+
+-- The plain client waiting for one replica's acknowledgement (replicas = 1):
+-- every script goes with WAIT in one write, csrc/conn.c's own round trip.
+local acked = { name = "acked" }
+
+function acked.open(_, ctx)
+    local o = client_opts({ ctx.url })
+    o.replicas, o.replica_timeout = 1, 2000
+    ctx.client = redlock.new(o)
+end
+acked.acquire = plain.acquire
+acked.extend = plain.extend
+acked.release = plain.release
+acked.close = plain.close
+
+-- A Redlock of the topology and the two plain servers: the topology's own
+-- vote is what counts. It failed where the fan-out told a server_error
+-- event for it (redlock.events), else it granted the lock.
+local fanout = { name = "fanout" }
+
+function fanout.open(fx, ctx)
+    local o = client_opts({ ctx.url, fx.voters[1]:url(), fx.voters[2]:url() })
+    -- each voter's time limit as the other drivers' (their timeout): a cell
+    -- then differs by its rule, not by its budget; unless the case asks
+    -- for the default one (ttl / 200, 10 to 50 ms)
+    if not ctx.default_budget then o.server_timeout = 1000 end
+    ctx.client = redlock.new(o)
+    ctx.voter = ctx.client.servers[1].name
+end
+function fanout.acquire(_, ctx, key, ttl)
+    local mine
+    local lock, err, code = ctx.client:try_acquire(key, { ttl = ttl, on_event = function(ev)
+        if ev.type == "server_error" and ev.server == ctx.voter then mine = ev end
+    end })
+    if mine then
+        if lock then lock:release() end
+        return { ok = false, err = mine.err, code = mine.code }
+    end
+    return observe_lock(lock, err, code)
+end
+fanout.extend = plain.extend
+fanout.release = plain.release
+fanout.close = plain.close
+
+-- The renewal thread: hold() takes the lock with renew = true before the
+-- event; observe() says afterwards whether the thread kept it.
+local renew = { name = "renew", renews = true }
+
+renew.open = plain.open
+renew.close = plain.close
+renew.release = plain.release
+function renew.hold(_, ctx, key, ttl, warm)
+    local lock, err = ctx.client:acquire(key, { ttl = ttl, renew = true })
+    assert(lock, err)
+    if warm then
+        -- one renewal made: the thread knows the topology before the event
+        assert(helper.eventually(ttl, function() return select(3, lock.renewal:state()) >= 1 end),
+            "no renewal within a ttl")
+    end
+    return { ok = true, token = lock.token, lock = lock }
+end
+function renew.observe(_, _, held)
+    local lock = held.lock
+    local lost, why = lock:lost()
+    local _, _, _, _, _, err = lock.renewal:state()
+    return { ok = not lost, token = held.token, err = lost and (tostring(why) .. ": " .. tostring(err)) or err,
+        lock = lock }
+end
+
+-- The renewal thread of a Redlock of two, the topology and one plain server
+-- (a majority of 2: the lock stays only while the topology renews it too),
+-- whose rounds go through the fan-out of csrc/fanout.c from the thread.
+local renew_redlock = { name = "renew_redlock", renews = true }
+
+function renew_redlock.open(fx, ctx)
+    local o = client_opts({ ctx.url, fx.voters[1]:url() })
+    if not ctx.default_budget then o.server_timeout = 1000 end -- (as fanout's)
+    ctx.client = redlock.new(o)
+end
+renew_redlock.hold = renew.hold
+renew_redlock.observe = renew.observe
+renew_redlock.release = plain.release
+renew_redlock.close = plain.close
+
+-- nginx: one worker, spec/openresty/conform.lua; every cell a client of its
+-- own in the worker (client=<id>). Holds its locks in the worker.
+local nginx = { name = "nginx" }
+local nginx_mod -- spec/openresty/nginx.lua, when nginx can run
+
+function nginx.skip()
+    local ok, mod = pcall(require, "openresty.nginx")
+    if not ok then return "openresty.nginx: " .. tostring(mod) end
+    local missing = mod.missing()
+    if not missing and ((os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" or os.getenv("REDLOCK_BUILD")) then
+        missing = "nginx's specs run in the Lua 5.4 suite"
+    end
+    if not missing and not io.open("build/jit/redlock/core.so") then
+        missing = "build/jit/redlock/core.so is missing: run `make build-jit`"
+    end
+    nginx_mod = mod
+    return missing
+end
+
+local ngx_server
+function nginx.start(fx)
+    if ngx_server then return end
+    ngx_server = nginx_mod.start {
+        workers = 1, redis = fx.voters[1],
+        http = "lua_shared_dict redlock_sentinel 1m;",
+        server = [[
+        location = /conform { content_by_lua_block { require("conform").run() } }]],
+        lua_path = "@REPO@/spec/openresty/?.lua;",
+    }
+end
+function nginx.stop()
+    if ngx_server then ngx_server:stop() end
+    ngx_server = nil
+end
+--- The error log's Lua failures (a raised error, an aborted light thread):
+-- not the refused connects and timeouts that the cases cause on purpose.
+function nginx.errors()
+    local out = {}
+    for _, line in ipairs(ngx_server and ngx_server:errors() or {}) do
+        if line:find("runtime error", 1, true) or line:find("aborted", 1, true) or not line:find("%[error%]") then
+            out[#out + 1] = line
+        end
+    end
+    return out
+end
+
+local cell_seq = 0
+local function ngx_call(query)
+    local body, code = ngx_server:get("/conform?" .. query, 30)
+    if code ~= 200 then return { ok = false, err = "nginx answered " .. tostring(code) .. ": " .. tostring(body) } end
+    local t = lines(body)
+    return { ok = t.token ~= nil or t.ok == "true", token = t.token, err = t.err, code = t.code,
+        transport = t.transport }
+end
+function nginx.open(fx, ctx)
+    nginx.start(fx)
+    cell_seq = cell_seq + 1
+    ctx.ngx_client = "c" .. cell_seq
+end
+function nginx.acquire(_, ctx, key, ttl)
+    local obs = ngx_call(string.format("op=acquire&client=%s&url=%s&key=%s&ttl=%d", ctx.ngx_client,
+        enc(ctx.url), enc(key), ttl))
+    if obs.ok then obs.key = key end
+    assert(not obs.ok or obs.transport == "cosocket", "the lock did not go over cosockets")
+    return obs
+end
+function nginx.extend(_, _, held, ttl)
+    local obs = ngx_call(string.format("op=extend&key=%s&ttl=%d", enc(held.key), ttl))
+    obs.token = held.token
+    return obs
+end
+function nginx.release(_, _, held) return ngx_call("op=release&key=" .. enc(held.key)).ok end
+function nginx.close() end
+
+-- (the request drivers first: in a case with one event for all, the
+-- renewal drivers' waits come after their calls)
+_M.drivers = { plain, acked, fanout, nginx, renew, renew_redlock }
+
+return _M

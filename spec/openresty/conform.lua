@@ -1,0 +1,65 @@
+--- Test-only handler that spec/24-conformance_spec.lua loads into nginx: the
+-- conformance suite's nginx driver. One location, /conform, runs one lock
+-- operation over cosockets (redlock.cosocket, ngx_cluster, ngx_sentinel) and
+-- answers "name=value" lines: token= (or ok=) on success, code= and err= on
+-- failure. The locks it takes stay in this worker (run it with one worker)
+-- until a later request extends or releases them.
+local redlock = require "redlock"
+
+local ngx = ngx
+local tonumber, tostring = tonumber, tostring
+
+local _M = {}
+
+-- Clients by the test's id, kept in the worker: what a client knows of its
+-- topology (the master's address) stays for its next request, as in a real
+-- worker. (A Cluster's slot map is the worker's, shared by every client
+-- with the same seeds: redlock.ngx_cluster.)
+local clients = {}
+-- Locks taken, by key.
+local held = {}
+
+local function client_for(id, url)
+    local c = clients[id]
+    if not c then
+        -- (as spec/conformance.lua makes the other drivers' clients)
+        c = redlock.new { servers = { url }, retry_delay = 5, retry_jitter = 0, server_backoff = 0 }
+        clients[id] = c
+    end
+    return c
+end
+
+local function fail(err, code)
+    ngx.say("code=", tostring(code))
+    ngx.say("err=", tostring(err))
+end
+
+--- GET /conform?op=acquire&client=ID&url=U&key=K&ttl=T: one try_acquire of K
+-- with client ID (made on its first request, for servers = { U }).
+-- op=extend&key=K&ttl=T, op=release&key=K: on the lock taken before.
+function _M.run()
+    local args = ngx.req.get_uri_args()
+    local op, key = args.op, args.key
+    if op == "acquire" then
+        local lock, err, code = client_for(args.client, args.url):try_acquire(key,
+            { ttl = tonumber(args.ttl) })
+        if not lock then return fail(err, code) end
+        held[key] = lock
+        ngx.say("token=", lock.token)
+        ngx.say("transport=", lock.client.servers[1].transport)
+        return
+    end
+    local lock = held[key]
+    if not lock then return fail("no lock held on " .. tostring(key), "test") end
+    local ok, err, code
+    if op == "extend" then
+        ok, err, code = lock:extend(tonumber(args.ttl))
+    else
+        ok, err, code = lock:release()
+        held[key] = nil
+    end
+    if not ok then return fail(err, code) end
+    ngx.say("ok=true")
+end
+
+return _M
