@@ -148,7 +148,8 @@ local function modes(client, token)
     if m then return m end
     m = {}
     for i, server in ipairs(client.servers) do
-        m[i] = legacy_lock(server, token) and (server.caps and server.caps.pexpire == false and "expire" or true)
+        local caps = server.caps
+        m[i] = legacy_lock(server, token) and (caps and caps.pexpire == false and "expire" or true)
         m.any = m.any or m[i] ~= false
     end
     if client.opts.mode ~= "auto" then client.modes = m end
