@@ -317,7 +317,7 @@ describe("legacy mode", function()
             local lock, err, code = client:acquire(key)
             assert.is_nil(lock)
             assert.equal("server", code)
-            -- (Redis 4.0 quotes the command `so`)
+            -- (Redis 4.0 and 5.0 quote the command `so`)
             assert.matches("^server: 127%.0%.0%.1:%d+: ERR unknown command ['`]EVALSHA['`] %(script mode: "
                 .. "this server refuses scripting; use mode \"auto\" or \"legacy\"%) %(acquiring '"
                 .. esc(key) .. "'%)$", err)
