@@ -13,7 +13,8 @@
  *   each within timeout_ms: the fan-out of csrc/fanout.c; legacy[i] true:
  *   server i has no scripting, and is extended with WATCH/GET/MULTI/SET/
  *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
- *   one after another)
+ *   one after another; legacy[i] "expire": the same with EXPIRE in whole
+ *   seconds rounded up, for a server without PEXPIRE, before Redis 2.6)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
  *             [, replicas, replica_timeout, aof [, {legacy, ...}]])  -> renewal, id
  *   ({legacy, ...}: this lock's servers' flags, as for core.renewer; by

@@ -33,7 +33,8 @@ typedef struct entry {
     int quorum;
     int waits;          /* extends wait for replicas (wait) */
     int any_legacy;     /* some server is extended the legacy way */
-    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
+    /* server i: 0 the script; WATCH/MULTI, 1 with PEXPIRE, 2 with EXPIRE */
+    unsigned char legacy[MAX_SERVERS];
     redlock_wait wait;
     unsigned long renewals, failures;
     char err[ERRLEN];

@@ -226,7 +226,7 @@ static void note_queued(const redisReply *rep, char *queued) {
  * the key meanwhile; -1, and the next round looks again). 1 extended, 0 not
  * ours any more, -1 failed. */
 static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
-    char value[48 + 256];
+    char value[48 + 256], secs[32];
     char queued[QUEUEDLEN]; /* a queued command's refusal (OOM): EXEC then says only EXECABORT */
     const char *argv[3];
     size_t len[3];
@@ -270,10 +270,17 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
         return -1;
     note_queued(rep, queued);
     freeReplyObject(rep);
-    argv[0] = "PEXPIRE";
-    len[0] = 7;
-    argv[2] = ttl;
-    len[2] = strlen(ttl);
+    if (e->legacy[i] == 2) {
+        /* no PEXPIRE (before 2.6): whole seconds, rounded up, as Lua does */
+        snprintf(secs, sizeof secs, "%.0f", ceil(ext / 1000));
+        argv[0] = "EXPIRE";
+        argv[2] = secs;
+    } else {
+        argv[0] = "PEXPIRE";
+        argv[2] = ttl;
+    }
+    len[0] = strlen(argv[0]);
+    len[2] = strlen(argv[2]);
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
     note_queued(rep, queued);

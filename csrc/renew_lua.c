@@ -44,6 +44,14 @@ static renewer *open_renewer(lua_State *L) {
     return ud->r;
 }
 
+/* A legacy flag at the top of the stack: 0 (false, nil), 1 (true), 2
+ * ("expire"). */
+static unsigned char legacy_flag(lua_State *L) {
+    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "expire") == 0)
+        return 2;
+    return (unsigned char)lua_toboolean(L, -1);
+}
+
 /* core.renewer({conn, ...} [, timeout_ms [, {legacy, ...}]]) */
 static int renewer_new(lua_State *L) {
     int n, i;
@@ -102,8 +110,8 @@ static int renewer_new(lua_State *L) {
     if (lua_istable(L, 3)) {
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, 3, i + 1);
-            ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
-            ud->r->any_legacy |= ud->r->legacy[i];
+            ud->r->legacy[i] = legacy_flag(L);
+            ud->r->any_legacy |= ud->r->legacy[i] != 0;
             lua_pop(L, 1);
         }
     }
@@ -168,12 +176,12 @@ static int renewer_add(lua_State *L) {
     for (i = 0; i < r->nservers; i++) {
         if (lua_istable(L, 12)) {
             lua_rawgeti(L, 12, i + 1);
-            e->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            e->legacy[i] = legacy_flag(L);
             lua_pop(L, 1);
         } else {
             e->legacy[i] = r->legacy[i];
         }
-        e->any_legacy |= e->legacy[i];
+        e->any_legacy |= e->legacy[i] != 0;
     }
 
     pthread_mutex_lock(&r->mu);
