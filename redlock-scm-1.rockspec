@@ -65,6 +65,7 @@ build = {
             "csrc/core.c",
             "csrc/defaults.c",
             "csrc/fanout.c",
+            "csrc/fanout_lua.c",
             "csrc/proc.c",
             "csrc/proto.c",
             "csrc/renew.c",
