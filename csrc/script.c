@@ -12,6 +12,12 @@ static redlock_script scripts[] = {
     {"status", REDLOCK_SCRIPT_STATUS, ""},
     {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
     {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
+    {"sem_acquire", REDLOCK_SCRIPT_SEM_ACQUIRE, ""},
+    {"sem_release", REDLOCK_SCRIPT_SEM_RELEASE, ""},
+    {"sem_status", REDLOCK_SCRIPT_SEM_STATUS, ""},
+    {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
+    {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
+    {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},
     {NULL, NULL, ""},
 };
 

@@ -35,6 +35,59 @@
     "  return f\n"                                                          \
     "end\n"
 
+/* Counting semaphores (limit = N) keep their permits in the lock key itself,
+ * a sorted set: member "limit" with score -N (the limit, negative so that
+ * the prune below never removes it), and per permit the holder's token
+ * with its expiry (server ms) as score. The key's own PEXPIRE is the
+ * latest permit's expiry, so the key exists exactly while some permit is
+ * unexpired, and a plain `SET key x NX` (or a single lock) sees it held.
+ * Every script that reads permits first drops the expired ones (score <=
+ * now): each permit expires on its own, at its own time. */
+
+/* now: the server's clock in ms (TIME), as `t` and `now`. */
+#define REDLOCK_SCRIPT_NOW                                                  \
+    "local t = redis.call('TIME')\n"                                        \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+/* The key's PEXPIRE set to its latest permit's expiry, or the key deleted
+ * when no permit is left (only the limit member). */
+#define REDLOCK_SCRIPT_SET_TTL(key)                                         \
+    "if redis.call('ZCARD', " key ") <= 1 then redis.call('DEL', " key ")\n" \
+    "else\n"                                                                \
+    "  local top = redis.call('ZRANGE', " key ", -1, -1, 'WITHSCORES')\n"    \
+    "  redis.call('PEXPIRE', " key ", math.max(1, tonumber(top[2]) - now))\n" \
+    "end\n"
+
+/* A key that is not a string is no single lock: {2, limit} (limit 0: not
+ * a semaphore either, e.g. another application's hash), which the caller
+ * reports as misuse, instead of Redis' WRONGTYPE. `var` holds
+ * redis.pcall('GET', key). */
+#define REDLOCK_SCRIPT_NOT_A_LOCK(var, key)                                 \
+    "if type(" var ") == 'table' then\n"                                    \
+    "  local l = redis.pcall('ZSCORE', " key ", 'limit')\n"                 \
+    "  return {2, type(l) == 'string' and -tonumber(l) or 0}\n"             \
+    "end\n"
+
+/* A refused waiter joins the waiters queue (KEYS[2]) with its data
+ * (KEYS[3]) and empties its hand-off list (KEYS[4]), as ACQUIRE below
+ * describes; `now`, `t` (TIME), `pttl` (the holder's), `counter` set;
+ * ARGV[1] token, ARGV[2] ttl, `span` the waiter's ARGV of the next
+ * block, `how` its "h" or "w". Answers {0, pttl, now}. */
+#define REDLOCK_SCRIPT_JOIN_QUEUE(span_arg, how_arg)                        \
+    "redis.call('DEL', KEYS[4])\n"                                          \
+    "local span = tonumber(" span_arg ")\n"                                 \
+    "if pttl >= 0 and pttl + 1 < span then span = pttl + 1 end\n"           \
+    "span = span + " REDLOCK_WAIT_SLACK_MS "\n"                             \
+    "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"                  \
+    "  redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
+    "end\n"                                                                 \
+    "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
+    "  " how_arg " == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"       \
+    "for i = 2, 3 do\n"                                                     \
+    "  if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
+    "end\n"                                                                 \
+    "return {0, pttl, now}\n"
+
 /* KEYS[1] lock key, then for a caller that waits for a release (notified
  * waiting) KEYS[2] the waiters queue, KEYS[3] the waiters' data and
  * KEYS[4] the caller's own hand-off list (all with the lock key's hash
@@ -75,7 +128,8 @@
     "local n = #KEYS\n"                                                     \
     "local counter = (n == 2 or n == 5) and KEYS[n]\n"                      \
     "local waiting = n >= 4\n"                                              \
-    "local cur = redis.call('GET', KEYS[1])\n"                              \
+    "local cur = redis.pcall('GET', KEYS[1])\n"                             \
+    REDLOCK_SCRIPT_NOT_A_LOCK("cur", "KEYS[1]")                             \
     "if cur and cur ~= ARGV[1] then\n"                                      \
     "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
     "  if not waiting then return {0, pttl} end\n"                          \
@@ -158,7 +212,7 @@
  * them (redlock.ngx_wait).
  * Callers passing one key get neither (plain compare-and-delete). */
 #define REDLOCK_SCRIPT_RELEASE                                              \
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"          \
+    "if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"         \
     "if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then\n"           \
     "  redis.call('DEL', KEYS[1])\n"                                        \
     "  return 1\n"                                                          \
@@ -211,16 +265,32 @@
     "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                \
     "local handed = redis.call('LPOP', KEYS[4])\n"                          \
     "redis.call('DEL', KEYS[4])\n"                                          \
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end\n"      \
+    "local v = redis.pcall('GET', KEYS[1])\n"                               \
+    "if type(v) == 'table' then\n"                                          \
+    "  local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n"                 \
+    "  v = type(s) == 'string' and tonumber(s) > 0 and ARGV[1]\n"           \
+    "end\n"                                                                 \
+    "if v ~= ARGV[1] then return false end\n"                               \
     "return handed or 'held'\n"
 
 /* KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
- * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock. */
+ * Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock.
+ * A semaphore's permit (the key a sorted set, see above) is extended the
+ * same way: its score moves to now + ttl if it has not expired, and the
+ * key's PEXPIRE follows the latest permit. One script for every kind, so
+ * the renewal thread renews permits as it renews locks. */
 #define REDLOCK_SCRIPT_EXTEND                                               \
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"                       \
-    "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                    \
-    "end\n"                                                                 \
-    "return 0\n"
+    "local v = redis.pcall('GET', KEYS[1])\n"                               \
+    "if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n" \
+    "if type(v) ~= 'table' or redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end\n" \
+    "if not (redis.replicate_commands and redis.replicate_commands()) then return 0 end\n" \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)\n"                     \
+    "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                    \
+    "if not s or tonumber(s) <= 0 then return 0 end\n"                      \
+    "redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])\n" \
+    REDLOCK_SCRIPT_SET_TTL("KEYS[1]")                                       \
+    "return 1\n"
 
 /* KEYS[1] lock key, KEYS[2] fence counter. Returns {value or false, pttl,
  * counter}: what `redlock status` shows (the counter: the last fence the
@@ -238,6 +308,194 @@
     "local f = tonumber(ARGV[1])\n"                                        \
     "if c < f then redis.call('SET', KEYS[1], ARGV[1]) return f end\n"     \
     "return c\n"
+
+/* A permit of a counting semaphore (see the layout above). KEYS[1] the
+ * key, KEYS[2] the waiters queue, KEYS[3] the waiters' data, KEYS[4] the
+ * caller's hand-off list, KEYS[5] the fence counter (the single lock's
+ * companions and counter); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
+ * limit N, ARGV[4] "0" for a caller that does not wait, else the ms its
+ * next block lasts at most (as ACQUIRE's ARGV[3]), ARGV[5] "h" or "w" (as
+ * ACQUIRE's ARGV[4]), ARGV[6] "1" for a fence, "0" for none.
+ * Answers {1, fence} (granted; 0 without a fence), {0, ms until the
+ * earliest permit expires[, server ms]} (refused; a waiter joins the
+ * queue as in ACQUIRE), {2, M} (misuse: the key is a semaphore of limit M,
+ * or M = 0: it is no semaphore, e.g. a single lock's string).
+ * A permit is granted when fewer than N unexpired permits exist and fewer
+ * live waiters than free permits are queued before the caller (a newcomer
+ * queues behind every waiter: the first waiter gets a freed permit); our
+ * own token found again is refreshed (a retry after a lost reply, or a
+ * hand-off found before its BLPOP). The limit is read before anything is
+ * written: a different N is refused while any permit is unexpired. */
+#define REDLOCK_SCRIPT_SEM_ACQUIRE                                          \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "if not seeded then return redis.error_reply('semaphores need Redis 3.2 or later') end\n" \
+    "local key, limit, ttl = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[2])\n" \
+    "local counter = ARGV[6] == '1' and KEYS[5]\n"                          \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "local kind = redis.call('TYPE', key).ok\n"                             \
+    "if kind == 'zset' then\n"                                              \
+    "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
+    "  local l = redis.call('ZSCORE', key, 'limit')\n"                      \
+    "  if not l then return {2, 0} end\n"                                   \
+    "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key)\n"      \
+    "  elseif -tonumber(l) ~= limit then return {2, -tonumber(l)} end\n"    \
+    "elseif kind ~= 'none' then return {2, 0} end\n"                        \
+    "local function grant()\n"                                              \
+    "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -limit, 'limit') end\n" \
+    "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
+    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
+    "  return {1, fence(counter)}\n"                                        \
+    "end\n"                                                                 \
+    "if redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n"      \
+    "local free = limit - math.max(0, redis.call('ZCARD', key) - 1)\n"      \
+    "local ahead, i = 0, 0\n"                                               \
+    "while ahead < free do\n"                                               \
+    "  local m = redis.call('ZRANGE', KEYS[2], i, i)[1]\n"                  \
+    "  if not m or m == ARGV[1] then break end\n"                           \
+    "  local d = redis.call('HGET', KEYS[3], m)\n"                          \
+    "  local alive = d and string.match(d, '^(%d+) ')\n"                    \
+    "  if alive and tonumber(alive) >= now then ahead, i = ahead + 1, i + 1\n" \
+    "  else redis.call('ZREM', KEYS[2], m) redis.call('HDEL', KEYS[3], m) end\n" \
+    "end\n"                                                                 \
+    "if free > ahead then return grant() end\n"                             \
+    "local first = redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')\n"         \
+    "local pttl = first[2] and math.max(0, tonumber(first[2]) - now) or 0\n" \
+    "if ARGV[4] == '0' then return {0, pttl} end\n"                         \
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]")
+
+/* Gives a permit back. KEYS[1] the key, KEYS[2] the waiters queue, KEYS[3]
+ * the waiters' data, KEYS[4] the wake-up list, KEYS[5] the fence counter;
+ * ARGV[1] token, ARGV[2] what a waiter's hand-off list is named, less its
+ * token. Answers 0 (not ours: no unexpired permit of that token; the
+ * "limit" member is no permit), 1 (given back), 3 (given back, and
+ * waiters served). Each permit free after ours is gone goes to the next
+ * live waiter of the queue, front first, in this same step (its token
+ * with its own ttl as in RELEASE's hand-off, a new fence, and "fence
+ * server-ms" pushed to its hand-off list); a waiter that is only woken
+ * (nginx, replicas) stops the hand-offs there and is woken, as RELEASE
+ * does. The key's PEXPIRE follows its latest permit; no permit left
+ * deletes it. */
+#define REDLOCK_SCRIPT_SEM_RELEASE                                          \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "if not seeded then return 0 end\n"                                     \
+    "local key = KEYS[1]\n"                                                 \
+    "if redis.call('TYPE', key).ok ~= 'zset' then return 0 end\n"           \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                         \
+    "local s = redis.call('ZSCORE', key, ARGV[1])\n"                        \
+    "local l = redis.call('ZSCORE', key, 'limit')\n"                        \
+    "if not s or not l or tonumber(s) <= 0 then\n"                          \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "  return 0\n"                                                          \
+    "end\n"                                                                 \
+    "redis.call('ZREM', key, ARGV[1])\n"                                    \
+    "local free = -tonumber(l) - (redis.call('ZCARD', key) - 1)\n"          \
+    "local r, wake = 1, false\n"                                            \
+    "while free > 0 do\n"                                                   \
+    "  local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"              \
+    "  if not front then break end\n"                                       \
+    "  local d = redis.call('HGET', KEYS[3], front)\n"                      \
+    "  local alive, ttl, fenced\n"                                          \
+    "  if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d)$') end\n" \
+    "  if alive and tonumber(alive) >= now then\n"                          \
+    "    if ttl == '0' then wake = true break end\n"                        \
+    "    local f = fence(fenced == '1' and KEYS[5])\n"                      \
+    "    local list = ARGV[2] .. front\n"                                   \
+    "    local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
+    "    if type(pushed) ~= 'number' then wake = true break end\n"          \
+    "    redis.call('PEXPIRE', list, ttl)\n"                                \
+    "    redis.call('ZADD', key, string.format('%.0f', now + tonumber(ttl)), front)\n" \
+    "    free, r = free - 1, 3\n"                                           \
+    "  elseif not alive then wake = true\n"                                 \
+    "  end\n"                                                               \
+    "  redis.call('ZREM', KEYS[2], front)\n"                                \
+    "  redis.call('HDEL', KEYS[3], front)\n"                                \
+    "end\n"                                                                 \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "if not wake then return r end\n"                                       \
+    "if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('RPUSH', KEYS[4], '1') end\n" \
+    "redis.call('PEXPIRE', KEYS[4], 1000)\n"                                \
+    "redis.call('PUBLISH', 'redlock:wake', key)\n"                          \
+    "return 3\n"
+
+/* A group lock: several keys at once, all or nothing, each in the single
+ * lock's layout (SET key token PX ttl, one token for the group), so a
+ * group and a single lock of one of its keys exclude each other. KEYS[1..n]
+ * the keys (one server, or one Cluster slot), then the fence counter when
+ * one is asked for; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] n.
+ * Answers {1, fence of key 1, ..., fence of key n} (fences 0 without a
+ * counter), {0, pttl, i} (key i is held by another token: nothing was
+ * written), {2, M, i} (misuse: key i is a semaphore of limit M, or M = 0
+ * not a lock at all). Every key is read before any is written. */
+#define REDLOCK_SCRIPT_GROUP_ACQUIRE                                        \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "local n = tonumber(ARGV[3])\n"                                         \
+    "local counter = #KEYS > n and KEYS[n + 1]\n"                           \
+    "local mine = {}\n"                                                     \
+    "for i = 1, n do\n"                                                     \
+    "  local v = redis.pcall('GET', KEYS[i])\n"                             \
+    "  if type(v) == 'table' then\n"                                        \
+    "    local l = redis.pcall('ZSCORE', KEYS[i], 'limit')\n"               \
+    "    return {2, type(l) == 'string' and -tonumber(l) or 0, i}\n"        \
+    "  end\n"                                                               \
+    "  if v and v ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[i]), i} end\n" \
+    "  mine[i] = v\n"                                                       \
+    "end\n"                                                                 \
+    "local out = {1}\n"                                                     \
+    "for i = 1, n do\n"                                                     \
+    "  if mine[i] then redis.call('PEXPIRE', KEYS[i], ARGV[2])\n"           \
+    "  else redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]) end\n"       \
+    "  out[i + 1] = fence(counter)\n"                                       \
+    "end\n"                                                                 \
+    "return out\n"
+
+/* KEYS[1..n] a group's keys (one server or one slot), KEYS[n+1..2n] their
+ * waiters queues; ARGV[1] token. Each key that holds the token is deleted
+ * when nobody waits for it (no queue), else left for the single lock's
+ * five-key RELEASE, which hands it over or wakes its waiters. Answers
+ * {how many held the token, the indexes of those left...}. */
+#define REDLOCK_SCRIPT_GROUP_RELEASE                                        \
+    "local n, owned, left = #KEYS / 2, 0, {}\n"                             \
+    "for i = 1, n do\n"                                                     \
+    "  if redis.pcall('GET', KEYS[i]) == ARGV[1] then\n"                    \
+    "    owned = owned + 1\n"                                               \
+    "    if redis.call('EXISTS', KEYS[n + i]) == 0 then redis.call('DEL', KEYS[i])\n" \
+    "    else left[#left + 1] = i end\n"                                    \
+    "  end\n"                                                               \
+    "end\n"                                                                 \
+    "table.insert(left, 1, owned)\n"                                        \
+    "return left\n"
+
+/* KEYS[1..n] a group's keys; ARGV[1] token, ARGV[2] ttl ms. PEXPIRE of
+ * each key that holds the token; answers how many did. */
+#define REDLOCK_SCRIPT_GROUP_EXTEND                                         \
+    "local n = 0\n"                                                         \
+    "for i = 1, #KEYS do\n"                                                 \
+    "  if redis.pcall('GET', KEYS[i]) == ARGV[1] then\n"                    \
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[2])\n"                         \
+    "    n = n + 1\n"                                                       \
+    "  end\n"                                                               \
+    "end\n"                                                                 \
+    "return n\n"
+
+/* KEYS[1] a semaphore's key, KEYS[2] its waiters queue, KEYS[3] the fence
+ * counter: {limit or 0, {token, ms left}..., waiters, counter} for `redlock
+ * status`, read in one step (expired permits are not shown). */
+#define REDLOCK_SCRIPT_SEM_STATUS                                           \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "local out = {0, {}, redis.call('ZCARD', KEYS[2]),\n"                   \
+    "  tonumber(redis.call('GET', KEYS[3]) or '0')}\n"                      \
+    "if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return out end\n"     \
+    "local l = redis.call('ZSCORE', KEYS[1], 'limit')\n"                    \
+    "out[1] = l and -tonumber(l) or 0\n"                                    \
+    "local all = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n" \
+    "for i = 1, #all, 2 do\n"                                               \
+    "  out[2][#out[2] + 1] = {all[i], tonumber(all[i + 1]) - now}\n"        \
+    "end\n"                                                                 \
+    "return out\n"
 
 typedef struct {
     const char *name;

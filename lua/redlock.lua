@@ -23,12 +23,14 @@ local util = require "redlock.util"
 local replicas = require "redlock.replicas"
 local ops_for = require("redlock.detect").ops_for
 local events = require "redlock.events"
+local semaphore = require "redlock.semaphore"
+local group = require "redlock.group"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
 local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
 local WAITERS = scripted.WAITERS
-local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
+local setmetatable, type, error, pcall, ipairs, pairs = setmetatable, type, error, pcall, ipairs, pairs
 local format, floor, ceil, find = string.format, math.floor, math.ceil, string.find
 local max, min = math.max, math.min
 local RECHECK_MS = require("redlock.notify").RECHECK_MS
@@ -135,6 +137,32 @@ local function call_opts(client, fname, opts)
     return o
 end
 
+-- The options of a call that takes a permit (opts.limit) or a group lock
+-- (a list of keys): a copy of o with o.kind, the strategy that takes,
+-- releases and extends it (redlock.semaphore, redlock.group). Raises where
+-- this client cannot keep that kind's guarantees.
+local function kind_opts(client, fname, key, o)
+    local what = o.limit and "a semaphore (limit)" or "a group lock (a list of keys)"
+    local function refuse(why) error(format("bad argument to '%s' (%s %s)", fname, what, why), 3) end
+    if o.limit and type(key) == "table" then refuse("of several keys: limit takes one key") end
+    if #client.servers >= 2 then
+        if o.limit then
+            refuse("over independent masters (Redlock) is refused: N permits on each server do not"
+                .. " bound the holders to N, as two majorities may overlap on different servers")
+        end
+        refuse("over independent masters (Redlock) is not supported yet")
+    end
+    if client.servers[1].ops.name == "legacy" then
+        refuse("needs the server's scripts: legacy mode cannot take it in one atomic step")
+    end
+    if o.reentrant then refuse("cannot be reentrant") end
+    local copy = {}
+    for k, v in pairs(o) do copy[k] = v end
+    copy.rep = replicas.asked(copy) and copy
+    copy.kind = o.limit and semaphore.strategy(o.limit) or group.strategy
+    return copy
+end
+
 -- The first attempt: on one server in script mode, the request
 -- redlock.scripted makes for it, sent from here; else the strategy's. It is
 -- the whole way of an uncontended lock, and each layer in it costs more
@@ -162,7 +190,7 @@ end
 local function too_late(client, key, token, o, acked)
     local msg = format("replicas: %d replicas acknowledged %s after its validity ran out"
         .. " (replica_timeout %d ms, ttl %d ms)", acked, show_key(key), o.replica_timeout, o.ttl)
-    return nil, replicas.released(msg, client.strategy.release(client, key, token)), "replicas"
+    return nil, replicas.released(msg, (o.kind or client.strategy).release(client, key, token)), "replicas"
 end
 
 -- A lock taken at t0 (before the request), with its renewal, re-entrant
@@ -189,6 +217,16 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         -- opts.on_event (redlock.events), or nil
         on_event = o.on_event,
     }, Lock)
+    local kind = o.kind
+    if kind then
+        -- a permit or a group lock: its own release and extend
+        lock.strategy = kind
+        if kind.limit then
+            lock.limit = kind.limit
+        else
+            lock.keys, lock.fences, lock.fence = key, lock.fence, nil
+        end
+    end
     if acked then
         if lock.expires <= now() then return too_late(client, key, token, o, acked) end
         lock.rep = o -- its extends wait for replicas too
@@ -236,7 +274,7 @@ end
 -- to it meanwhile is its own (returned); one whose hand-off it cannot know
 -- (fence unknown) is released, which hands it to the next waiter.
 local function leave(client, key, token, o, renew, t_refused)
-    local strategy = client.strategy
+    local strategy = o.kind or client.strategy
     local outcome, fence, since = strategy.give_up(client, key, token)
     if outcome == "handed" then return handed(client, key, token, o, renew, t_refused, fence, since) end
     if outcome == "held" then strategy.release(client, key, token) end
@@ -251,7 +289,7 @@ end
 -- what is left of its budget.
 local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
     local hook = o.on_event
-    local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
+    local strategy, ttl, unfenced, rep = o.kind or client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals put it in the waiters queue, whose
     -- releases hand it the lock or wake it (waiting: ms it may still wait;
@@ -351,8 +389,12 @@ local function acquire(client, key, o, wait, renew)
         end
         server.contended = nil
     end
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
-        o.on_event)
+    local ok, v, where, why, why_code
+    if o.kind then -- (a semaphore or a group: redlock.semaphore, redlock.group)
+        ok, v, where = o.kind.acquire(client, key, token, o.ttl, nil, nil, not o.fence, o.rep)
+    else
+        ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep, o.on_event)
+    end
     if ok then
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
     end
@@ -380,8 +422,12 @@ end
 --   (timeout, locked when wait is 0, replicas, connection, server, closed,
 --   no quorum)
 function Client:acquire(key, opts)
-    if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("acquire", key) end
+        group.check("acquire", key)
+    end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
+    if o.limit or type(key) == "table" then o = kind_opts(self, "acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -393,8 +439,12 @@ end
 -- @tparam[opt] table opts ttl
 -- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
 function Client:try_acquire(key, opts)
-    if type(key) ~= "string" or key == "" then bad_key("try_acquire", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("try_acquire", key) end
+        group.check("try_acquire", key)
+    end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
+    if o.limit or type(key) == "table" then o = kind_opts(self, "try_acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -435,12 +485,16 @@ end
 function Client:with_lock(key, opts, fn)
     -- (type() first: callable() is a call, and functions are the usual case)
     if fn == nil and (type(opts) == "function" or callable(opts)) then opts, fn = nil, opts end
-    if type(key) ~= "string" or key == "" then bad_key("with_lock", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("with_lock", key) end
+        group.check("with_lock", key)
+    end
     if type(fn) ~= "function" and not callable(fn) then
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
             opts == nil and 2 or 3, type(fn)), 2)
     end
     local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
+    if o.limit or type(key) == "table" then o = kind_opts(self, "with_lock", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -593,7 +647,7 @@ local function extend(self, ttl)
     if self.released then return not_owner(self, "this client", "already released") end
     local t0 = now()
     local rep = self.rep
-    local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl, rep)
+    local ok, where, code = (self.strategy or client.strategy).extend(client, self.key, self.token, ttl, rep)
     if ok then
         self.expires = expiry(client, t0, ttl)
         self.ttl = ttl
@@ -633,7 +687,7 @@ local function release(self)
     local server, key = client.one, self.key
     -- (a mode "auto" server that took this lock in legacy mode releases it
     -- the legacy way, see redlock.detect.ops_for)
-    if server and server.ops == scripted and server.woke_key ~= key
+    if server and server.ops == scripted and server.woke_key ~= key and not self.strategy
         and (server.legacy_held == nil or ops_for(server, self.token) == scripted) then
         -- one server in script mode: the two-key release of
         -- redlock.scripted sent from here, as the first attempt is
@@ -650,7 +704,7 @@ local function release(self)
             ok, where = single.released(server, false)
         end
     else
-        ok, where, code = client.strategy.release(client, key, self.token)
+        ok, where, code = (self.strategy or client.strategy).release(client, key, self.token)
     end
     if ok then
         self.released = true
@@ -691,6 +745,9 @@ function Lock:__close()
 end
 
 function Lock:__tostring()
+    if self.keys then
+        return format("redlock.lock (%s, a group%s)", show_key(self.keys), self.released and ", released" or "")
+    end
     return format("redlock.lock (%s, fence %s%s)", show_key(self.key), tostring(self.fence),
         self.released and ", released" or "")
 end

@@ -180,6 +180,33 @@ local function renewing_legacy(lock)
     return counted
 end
 
+-- A group lock's renewal: one entry of the renewal thread per key (each
+-- renewed by the extend script), seen as one handle: it expires with its
+-- first key, is lost when one key is, and stops with all.
+local Group = {}
+Group.__index = Group
+function Group:expires()
+    local e = self[1]:expires()
+    for i = 2, #self do e = math.min(e, self[i]:expires()) end
+    return e
+end
+function Group:lost()
+    for i = 1, #self do
+        local why = self[i]:lost()
+        if why then return why end
+    end
+end
+function Group:state()
+    local phase, a, renewals, failures, b, err = self[1]:state()
+    for i = 2, #self do
+        local _, _, r, f, _, e = self[i]:state()
+        renewals, failures, err = math.min(renewals, r), math.max(failures, f), err or e
+    end
+    return phase, a, renewals, failures, b, err
+end
+function Group:stop() for i = 1, #self do self[i]:stop() end end
+function Group:update(ttl, expires) for i = 1, #self do self[i]:update(ttl, expires) end end
+
 local function start_renewal(lock, max_hold, t0)
     local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
@@ -189,7 +216,22 @@ local function start_renewal(lock, max_hold, t0)
     -- a lock that waits for replicas (lock.rep) renews the same way
     local rep = lock.rep
     local h, id
-    if rep then
+    local keys = lock.keys
+    if keys then
+        h = setmetatable({}, Group)
+        local ids = {}
+        for i, key in ipairs(keys) do
+            if rep then
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, 1, client.drift_factor,
+                    rep.replicas, rep.replica_timeout, rep.aof, m)
+            else
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, 1, client.drift_factor,
+                    nil, nil, nil, m)
+            end
+            client.renewing[ids[i]] = lock
+        end
+        id, lock.renewal_ids = ids[1], ids
+    elseif rep then
         h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
             floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
     else
@@ -304,6 +346,10 @@ function _M.stop(lock)
         stopped(lock)
         -- (a loop of with_lock must not grow the table until a collection)
         lock.client.renewing[lock.renewal_id] = nil
+        local ids = lock.renewal_ids
+        if ids then
+            for _, id in ipairs(ids) do lock.client.renewing[id] = nil end
+        end
     end
 end
 

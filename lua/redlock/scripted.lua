@@ -145,6 +145,8 @@ function _M.answer(server, taken, v, at)
         return false, v
     end
     if taken == nil then return nil, v, at end
+    -- (a semaphore's key: see redlock.semaphore)
+    if taken == 2 then return require("redlock.semaphore").misuse(nil, v, nil, server) end
     return unexpected(server, "acquire", taken)
 end
 

@@ -2,7 +2,8 @@
 -- unpacking and jitter. Internal.
 local core = require "redlock.core"
 
-local byte, format, find, sub = string.byte, string.format, string.find, string.sub
+local byte, format, find, sub, concat, type = string.byte, string.format, string.find, string.sub, table.concat,
+    type
 local random_bytes, keyslot, slot_tag = core.random_bytes, core.keyslot, core.slot_tag
 
 local _M = {}
@@ -15,6 +16,11 @@ local shown_key, shown_as = nil, nil
 -- long keys cut, so a binary key never garbles a log line.
 function _M.show_key(key)
     if key == shown_key then return shown_as end
+    if type(key) == "table" then -- a group lock's keys
+        local parts = {}
+        for i = 1, #key do parts[i] = _M.show_key(key[i]) end
+        return concat(parts, ", ")
+    end
     local shown
     -- the usual key is printable and short: no gsub
     if #key <= 80 and not find(key, "[^%w%p ]") then

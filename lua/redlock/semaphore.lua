@@ -1,0 +1,154 @@
+--- Counting semaphores (opts.limit = N): at most N holders of one key at
+-- once, each a lock of its own (a permit: token, fence, ttl, extend,
+-- release). Internal; redlock.lua takes this strategy instead of the
+-- client's for a call with a limit.
+--
+-- The permits live in the lock key itself, a sorted set of token -> expiry
+-- (server ms) with the limit as a member "limit" of score -N; the key's
+-- PEXPIRE is the latest permit's expiry, and every script drops the
+-- expired permits first, so each permit expires on its own (see the
+-- SEM_* scripts in csrc/scripts.h). Waiting is the single lock's notified
+-- waiting (redlock.notify: the same waiters queue and hand-off lists): a
+-- permit given back goes to the first waiter in the same step. Extending
+-- a permit is the single lock's extend (one script for both), which is
+-- what lets the renewal thread renew permits.
+--
+-- One server only (plain, replicas, Sentinel, Cluster): over independent
+-- Redlock masters N permits per server do not bound the holders (two
+-- majorities overlap on different servers), so the client refuses it.
+local util = require "redlock.util"
+local notify = require "redlock.notify"
+local replicas = require "redlock.replicas"
+local single = require "redlock.single"
+local options = require "redlock.options"
+
+local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
+local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
+    notify.waiters_key, notify.data_key, notify.handoff_key, notify.wake_key, notify.handoff_prefix
+local format, select, type, error, tostring = string.format, select, type, error, tostring
+
+local _M = {}
+
+--- opts.limit: at most this many holders of the key at once (a counting
+-- semaphore); nil: a single lock.
+options.CALL.limit = function(fname, name, v)
+    if type(v) ~= "number" or v < 1 or v % 1 ~= 0 or v > 1000000 then
+        error(format("bad option '%s' to '%s' (integer from 1 to 1000000 expected, got %s)", name, fname,
+            tostring(v)), 5)
+    end
+    return v
+end
+
+--- The misuse answer ({2, M} from a script) as nil, message, "misuse".
+function _M.misuse(key, m, limit, server)
+    local what
+    if m == 0 then
+        what = "is not a semaphore (a single lock, a group's key or another value holds it)"
+    elseif limit then
+        what = format("is held as a semaphore of limit %d, not %d", m, limit)
+    else
+        what = format("is held as a semaphore (limit %d), not as a single lock", m)
+    end
+    return nil, format("misuse: %s %s on %s", key and show_key(key) or "the key", what, server.name), "misuse"
+end
+
+-- The acquire script's answer: true, fence | false, ms | nil, err, code.
+local function answer(server, key, limit, taken, v, at)
+    if taken == 1 and v then return true, v end
+    if taken == 0 and v then
+        if at then server.refused_at = at end
+        return false, v
+    end
+    if taken == 2 then return _M.misuse(key, v, limit, server) end
+    if taken == nil then return nil, v, at end
+    return nil, format("server: %s: unexpected reply to sem_acquire (%s)", server.name, tostring(taken)),
+        "server"
+end
+
+local function eval_values(conn, ...)
+    local a, b, c, stale = conn:eval_values(...)
+    if a == nil and stale then return conn:eval_values(...) end
+    return a, b, c
+end
+
+local function release(server, key, token)
+    local r, err, code = server:eval("sem_release", 5, key, waiters_key(key), data_key(key), wake_key(key),
+        fence_counter(key, server.slot_fences), token, handoff_prefix(key))
+    if r == nil then return nil, err, code end
+    return r == 1 or r == 3
+end
+
+-- With replica acknowledgement: the script and WAIT in one write; a permit
+-- taken but not acknowledged is given back (fail closed).
+local function acquire_acked(server, key, limit, rep, nkeys, ...)
+    local conn = server.conn
+    local acked, fsynced, taken, v, at = conn:eval_wait("sem_acquire", rep.replicas, rep.replica_timeout,
+        rep.aof, nkeys, ...)
+    if acked == nil and v then -- a connection the server had dropped: once more
+        acked, fsynced, taken, v, at = conn:eval_wait("sem_acquire", rep.replicas, rep.replica_timeout,
+            rep.aof, nkeys, ...)
+    end
+    if acked == nil then return nil, fsynced, taken end
+    local token = select(1, ...)
+    local wrote = taken == 1 and v ~= nil
+    if acked ~= false and not wrote then return answer(server, key, limit, taken, v, at) end
+    local msg, code
+    if acked == false then
+        msg, code = replicas.wait_failed(server.name, rep, fsynced)
+    else
+        msg, code = replicas.shortfall(server.name, rep, acked, fsynced, "the permit"), "replicas"
+        if not msg then return true, v, acked end
+    end
+    if wrote then return nil, replicas.released(msg, release(server, key, token)), code end
+    return nil, msg, code
+end
+
+local strategies = {}
+
+--- The strategy (as redlock.single's) of a semaphore of `limit` permits.
+function _M.strategy(limit)
+    local s = strategies[limit]
+    if s then return s end
+    local limit_s = format("%d", limit)
+    s = { name = "semaphore", limit = limit }
+    function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
+        local server = client.servers[1]
+        local how = handoff and not server.no_notify and "h" or "w"
+        local fenced = unfenced and "0" or "1"
+        local hkey = handoff_key(key, token)
+        local ok, v, code
+        if rep then
+            ok, v, code = acquire_acked(server, key, limit, rep, 5, key, waiters_key(key), data_key(key), hkey,
+                fence_counter(key, server.slot_fences), token, ms_string(ttl), limit_s, waiting or "0",
+                rep and "w" or how, fenced)
+        else
+            ok, v, code = answer(server, key, limit, eval_values(server.conn, "sem_acquire", 5, key,
+                waiters_key(key), data_key(key), hkey, fence_counter(key, server.slot_fences), token,
+                ms_string(ttl), limit_s, waiting or "0", how, fenced))
+        end
+        if code == "misuse" then return nil, v, code end
+        return single.acquired(server, ok, v, code)
+    end
+    function s.release(client, key, token)
+        local server = client.servers[1]
+        return single.released(server, release(server, key, token))
+    end
+    -- one extend script for locks and permits (csrc/scripts.h EXTEND)
+    s.extend = single.extend
+    s.give_up = single.give_up
+    s.wait = single.wait
+    strategies[limit] = s
+    return s
+end
+
+--- What `redlock status` shows of a semaphore: limit (0: none), a list of
+-- {token, ms left}, how many wait, the fence counter; or nil, err, code.
+function _M.status(server, key)
+    local r, err, code = server:eval("sem_status", 3, key, waiters_key(key),
+        fence_counter(key, server.slot_fences))
+    if r == nil then return nil, err, code end
+    if type(r) ~= "table" then return nil, "server: unexpected reply to sem_status", "server" end
+    return r[1], r[2], r[3], r[4]
+end
+
+return _M
