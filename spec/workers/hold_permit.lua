@@ -1,0 +1,22 @@
+-- A worker process that takes one permit of a semaphore and holds it
+-- without releasing: prints "held <token>" and sleeps until killed; or,
+-- with WAIT_MS, waits that long for a permit first and prints
+-- "held <token> <fence>" or "failed <code>" and exits.
+-- usage: hold_permit.lua SERVER KEY LIMIT TTL [WAIT_MS]
+local redlock = require "redlock"
+local core = require "redlock.core"
+
+local url, key, limit, ttl, wait = ...
+local client = redlock.new { servers = { url }, ttl = tonumber(ttl), retry_delay = 5000, retry_jitter = 0 }
+local permit, err, code = client:acquire(key, { limit = tonumber(limit), wait = tonumber(wait or 0) })
+if not permit then
+    print("failed " .. tostring(code) .. " " .. tostring(err))
+    io.stdout:flush()
+    os.exit(0)
+end
+-- (this process's own pid, for the spec's SIGKILL)
+local pid = io.open("/proc/self/stat"):read("*l"):match("^%d+")
+print("held " .. permit.token .. " " .. string.format("%.0f", permit.fence) .. " " .. pid)
+io.stdout:flush()
+if wait then os.exit(0) end
+while true do core.sleep(1000) end
