@@ -1,0 +1,180 @@
+-- Group locks (a list of keys): all or nothing, no deadlock whatever the
+-- order, no lost update per key between real processes, on one server and
+-- on a Cluster with keys in three slots; a group and a single lock of one
+-- of its keys exclude each other.
+local helper = require "helper"
+local core = require "redlock.core"
+
+-- Runs 4 group_pairs workers (n cycles each) on url over keys; checks every
+-- key's counter against the times the workers took it.
+local function pairs_run(url, data, keys, n)
+    local workers = {}
+    for i = 1, 4 do
+        workers[i] = helper.spawn("spec/workers/group_pairs.lua", url, n, 1000 + i, (table.unpack or unpack)(keys))
+    end
+    local times = {}
+    for i = 1, 4 do
+        local status, out = workers[i]:wait(180000)
+        assert.equal(0, status, out)
+        assert.matches("done " .. n, out)
+        for k, t in out:gmatch("\n(%S+) (%d+)") do times[k] = (times[k] or 0) + tonumber(t) end
+    end
+    local total = 0
+    for _, k in ipairs(keys) do
+        assert.equal(tostring(times[k] or 0), tostring(data:command("GET", k .. ":counter")):gsub("userdata.*", "0"))
+        total = total + (times[k] or 0)
+        assert.equal(0, data:command("EXISTS", k))
+    end
+    assert.equal(4 * n * 2, total)
+end
+
+describe("group locks", function()
+    local server, client, data
+    setup(function() server, client, data = helper.single_server() end)
+    teardown(function() helper.close_all(client, data) end)
+
+    it("4 processes x 60 random pairs of 4 keys in random orders: no deadlock, no lost update", function()
+        local keys = {}
+        for i = 1, 4 do keys[i] = helper.key("g" .. i) end
+        pairs_run(server:url(), data, keys, 60)
+    end)
+
+    it("all or nothing: a held key refuses the group and leaves the others free", function()
+        local a, b, c = helper.key("a"), helper.key("b"), helper.key("c")
+        local single = assert(client:acquire(b))
+        local _, err, code = client:try_acquire({ a, b, c })
+        assert.equal("locked", code, err)
+        assert.equal(0, data:command("EXISTS", a))
+        assert.equal(0, data:command("EXISTS", c))
+        _, _, code = client:acquire({ c, b, a }, { wait = 100 })
+        assert.equal("timeout", code)
+        assert.equal(0, data:command("EXISTS", a))
+        assert(single:release())
+        local g = assert(client:acquire({ c, b, a }))
+        assert.same({ c, b, a }, g.keys)
+        for _, k in ipairs({ a, b, c }) do assert.equal(g.token, data:command("GET", k)) end
+        -- a single lock of one of its keys is refused while the group holds
+        _, _, code = client:try_acquire(a)
+        assert.equal("locked", code)
+        -- and the plain layout: another client's SET NX fails
+        assert.equal(core.null, data:command("SET", c, "x", "NX"))
+        assert.is_true(g:extend(20000))
+        assert.is_true(data:command("PTTL", a) > 10000)
+        assert.is_true(g:release())
+        for _, k in ipairs({ a, b, c }) do assert.equal(0, data:command("EXISTS", k)) end
+        local _, rerr, rcode = g:release()
+        assert.equal("not owner", rcode, rerr)
+    end)
+
+    it("a group's release hands a key to its single-lock waiter", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local g = assert(client:acquire({ a, b }))
+        local w = helper.spawn("spec/workers/hold_permit.lua", server:url(), a, 0, 5000, 10000)
+        assert(helper.eventually(10000, function() return data:command("ZCARD", "{" .. a .. "}:waiters") == 1 end))
+        assert.is_true(g:release())
+        local status, out = w:wait(20000)
+        assert.equal(0, status, out)
+        assert.matches("^held", out)
+        assert.equal(0, data:command("EXISTS", b))
+        data:command("DEL", a)
+    end)
+
+    it("renews every key in the background; a key taken away is reported lost", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(g)
+            core.sleep(1000)
+            return g:lost()
+        end)
+        assert.is_true(ok)
+        assert.is_false(lost)
+        local g = assert(client:acquire({ a, b }, { ttl = 300, renew = true }))
+        data:command("DEL", b)
+        assert(helper.eventually(5000, function() return g:lost() end))
+        local _, err, code = g:release()
+        assert.equal("not owner", code, err)
+        assert.equal(0, data:command("EXISTS", a))
+    end)
+
+    it("fences per key from the single lock's counter, strictly increasing across kinds", function()
+        local k, j = helper.key("k"), helper.key("j")
+        local seen = {}
+        local function add(f) seen[#seen + 1] = f end
+        local l = assert(client:acquire(k)); add(l.fence); assert(l:release())
+        local p = assert(client:acquire(k, { limit = 2 })); add(p.fence); assert(p:release())
+        local g = assert(client:acquire({ j, k })); add(g.fences[k]); assert(g:release())
+        l = assert(client:acquire(k)); add(l.fence); assert(l:release())
+        g = assert(client:acquire({ k, j })); add(g.fences[k]); assert(g:release())
+        p = assert(client:acquire(k, { limit = 1 })); add(p.fence); assert(p:release())
+        for i = 2, #seen do assert.is_true(seen[i] > seen[i - 1], "fence " .. i) end
+        g = assert(client:acquire({ j, k }, { fence = false }))
+        assert.is_nil(g.fences)
+        assert(g:release())
+    end)
+
+    it("refuses a repeated key, an empty list, and a list over Redlock", function()
+        assert.has_error(function() client:acquire({ "a", "b", "a" }) end,
+            "bad argument #1 to 'acquire' (key #3 repeats key #1, 'a')")
+        assert.has_error(function() client:try_acquire({}) end)
+        assert.has_error(function() client:with_lock({ "a", 2 }, function() end) end)
+        local s2, s3 = helper.start_server(), helper.start_server()
+        local rl = require("redlock").new { servers = { server:url(), s2:url(), s3:url() } }
+        assert.has_error(function() rl:acquire({ "a", "b" }) end)
+        rl:close()
+        s2:stop()
+        s3:stop()
+    end)
+
+    it("groups that expire unreleased leave nothing behind", function()
+        local before = data:command("DBSIZE")
+        assert(client:acquire({ helper.key("a"), helper.key("b"), helper.key("c") }, { ttl = 150 }))
+        assert(helper.eventually(5000, function() return data:command("DBSIZE") <= before end))
+        assert.equal(before, data:command("DBSIZE"))
+    end)
+end)
+
+describe("group locks on a Cluster", function()
+    local cluster
+    setup(function()
+        helper.lua54_only()
+        cluster = helper.start_cluster(3, 0)
+    end)
+    teardown(function() helper.stop_all() end)
+
+    it("4 processes x 40 random pairs of 4 keys in three slots: no deadlock, no lost update", function()
+        local keys = { helper.key("{a}x"), helper.key("{a}y"), helper.key("{b}z"), helper.key("{c}w") }
+        local slots = {}
+        for _, k in ipairs(keys) do slots[core.keyslot(k)] = true end
+        local n = 0
+        for _ in pairs(slots) do n = n + 1 end
+        assert.equal(3, n)
+        local conns = {}
+        local data = {}
+        function data.command(_, cmd, k, ...)
+            local node = helper.cluster_owner(cluster, k)
+            conns[node] = conns[node] or core.conn(node:spec())
+            return conns[node]:command(cmd, k, ...)
+        end
+        pairs_run(cluster.url, data, keys, 40)
+        for _, c in pairs(conns) do c:close() end
+    end)
+
+    it("rolls back the slots already taken when a later slot is held", function()
+        local redlock = require "redlock"
+        local client = redlock.new { servers = { cluster.url }, retry_delay = 5 }
+        local a, b = helper.key("{a}p"), helper.key("{c}q")
+        local first = core.keyslot(a) < core.keyslot(b) and a or b
+        local later = first == a and b or a
+        local single = assert(client:acquire(later))
+        local _, _, code = client:try_acquire({ later, first })
+        assert.equal("locked", code)
+        -- the first slot's key was taken and given back
+        local probe = assert(client:try_acquire(first))
+        assert(probe:release())
+        assert(single:release())
+        local g = assert(client:acquire({ a, b }))
+        assert.truthy(g.fences[a] and g.fences[b])
+        assert.is_true(g:extend())
+        assert.is_true(g:release())
+        client:close()
+    end)
+end)
