@@ -37,6 +37,7 @@ build = {
       ["redlock.cli.run"] = "lua/redlock/cli/run.lua",
       ["redlock.detect"] = "lua/redlock/detect.lua",
       ["redlock.events"] = "lua/redlock/events.lua",
+      ["redlock.eviction"] = "lua/redlock/eviction.lua",
       ["redlock.hold"] = "lua/redlock/hold.lua",
       ["redlock.legacy"] = "lua/redlock/legacy.lua",
       ["redlock.notify"] = "lua/redlock/notify.lua",

@@ -357,6 +357,11 @@ for _, def in ipairs(cases) do
             verdict[#verdict + 1] = row.speed >= speed_min and "ok" or "BELOW TARGET"
             targets[#targets + 1] = format("speed >= %.2f", speed_min)
         end
+        local inside_max = target_for(t.inside_max, regime)
+        if inside_max and row.inside_ratio then
+            verdict[#verdict + 1] = row.inside_ratio <= inside_max and "ok" or "BELOW TARGET"
+            targets[#targets + 1] = format("in commands <= %.2fx", inside_max)
+        end
         if def.compare then
             local other = by_id[def.compare.id]
             if other then

@@ -6,10 +6,17 @@
  *
  * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
  *   SERVER  host:port, or a unix socket path (starts with '/')
- *   MODE    cycle  EVALSHA acquire + EVALSHA release: the library's own
- *                  round trips for acquire+release (the fair floor)
+ *   MODE    cycle  the library's own round trips for acquire+release (the
+ *                  fair floor): SET key token NX PX ttl and INCR of the
+ *                  fence counter in one write (redlock.scripted.grant),
+ *                  then EVALSHA of the release script
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
- *                  cycle, without the fence counter
+ *                  acquire, with the library's release script
+ *           textbook  what a user writes without a library: SET key token
+ *                  NX PX ttl, then EVALSHA of the compare-and-delete script
+ *                  of the Redis documentation (TEXTBOOK_RELEASE below, not
+ *                  the library's): the cycle the library is measured
+ *                  against for the server's cost
  *           held   EVALSHA acquire on a key another token holds: refused
  *           legacy legacy mode's cycle (servers without scripting), one
  *                  command per round trip as the library sends them:
@@ -47,6 +54,15 @@
 
 #include "scripts.h"
 
+/* The release of the SET command's documentation (redis.io, "Patterns"),
+ * as a user copies it: not csrc/scripts.h. */
+#define TEXTBOOK_RELEASE                                                    \
+    "if redis.call(\"get\",KEYS[1]) == ARGV[1] then\n"                      \
+    "    return redis.call(\"del\",KEYS[1])\n"                              \
+    "else\n"                                                                \
+    "    return 0\n"                                                        \
+    "end"
+
 #define MAX_SERVERS 16
 #define MAX_STATS 64
 
@@ -64,7 +80,7 @@ typedef struct {
 static redisContext *ctx[MAX_SERVERS];
 static long server_pid[MAX_SERVERS]; /* INFO server process_id */
 static int nservers;
-static char sha_acquire[41], sha_release[41];
+static char sha_acquire[41], sha_release[41], sha_textbook[41];
 /* tokens: the pid (once: getpid is a system call) and a counter */
 static unsigned long long token_prefix;
 static int random_tokens;
@@ -272,7 +288,7 @@ static void check_each(redisReply **replies, int type, long long integer, const 
             die(what, "unexpected reply");
 }
 
-typedef enum { CYCLE, SETNX, HELD, LEGACY } mode;
+typedef enum { CYCLE, SETNX, TEXTBOOK, HELD, LEGACY } mode;
 
 /* One command of legacy mode's cycle on every server; dies unless every
  * reply has the type expected. */
@@ -312,12 +328,47 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, exec, REDIS_REPLY_ARRAY, replies);
 }
 
+/* SET NX PX and INCR of the counter in one write on every server, then
+ * both replies of each: the library's uncontended acquire. */
+static void grant(const char *fence_key, const char **set) {
+    const char *incr[2] = {"INCR", fence_key};
+    int i, j, done;
+    void *r;
+    for (i = 0; i < nservers; i++) {
+        if (redisAppendCommandArgv(ctx[i], 6, set, NULL) != REDIS_OK ||
+            redisAppendCommandArgv(ctx[i], 2, incr, NULL) != REDIS_OK)
+            die("could not encode a command", ctx[i]->errstr);
+        do {
+            if (redisBufferWrite(ctx[i], &done) != REDIS_OK)
+                die("could not send", ctx[i]->errstr);
+        } while (!done);
+    }
+    for (i = 0; i < nservers; i++)
+        for (j = 0; j < 2; j++) {
+            redisReply *rep;
+            if (redisGetReply(ctx[i], &r) != REDIS_OK)
+                die("lost the connection", ctx[i]->errstr);
+            rep = r;
+            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER))
+                die(j == 0 ? "SET NX PX" : "INCR", "unexpected reply");
+            freeReplyObject(rep);
+        }
+}
+
+static void release_all(const char *key, const char *token) {
+    redisReply *replies[MAX_SERVERS];
+    const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
+    fan_out(5, rel, NULL, replies);
+    check_each(replies, REDIS_REPLY_INTEGER, 1, "release");
+    free_all(replies);
+}
+
 static void one_op(mode m, const char *key, const char *fence_key, const char *ttl,
                    unsigned long long seq) {
     char token[33];
     redisReply *replies[MAX_SERVERS];
     const char *acq[7] = {"EVALSHA", sha_acquire, "2", key, fence_key, token, ttl};
-    const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
+    const char *rel[5] = {"EVALSHA", m == TEXTBOOK ? sha_textbook : sha_release, "1", key, token};
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
     if (random_tokens) {
         unsigned long long raw[2];
@@ -331,9 +382,13 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
         legacy_cycle(key, fence_key, ttl, token);
         return;
     }
-    if (m == SETNX) {
+    if (m == SETNX || m == TEXTBOOK) {
         fan_out(6, set, NULL, replies);
         check_each(replies, REDIS_REPLY_STATUS, 0, "SET NX PX");
+    } else if (m == CYCLE) {
+        grant(fence_key, set);
+        release_all(key, token);
+        return;
     } else {
         fan_out(7, acq, NULL, replies);
         check_acquire(replies, m == HELD);
@@ -373,12 +428,14 @@ int main(int argc, char **argv) {
         m = CYCLE;
     else if (strcmp(mode_name, "setnx") == 0)
         m = SETNX;
+    else if (strcmp(mode_name, "textbook") == 0)
+        m = TEXTBOOK;
     else if (strcmp(mode_name, "held") == 0)
         m = HELD;
     else if (strcmp(mode_name, "legacy") == 0)
         m = LEGACY;
     else
-        die("unknown mode (cycle, setnx, held, legacy)", mode_name);
+        die("unknown mode (cycle, setnx, textbook, held, legacy)", mode_name);
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
@@ -391,6 +448,7 @@ int main(int argc, char **argv) {
     read_pids();
     load_script(REDLOCK_SCRIPT_ACQUIRE, sha_acquire);
     load_script(REDLOCK_SCRIPT_RELEASE, sha_release);
+    load_script(TEXTBOOK_RELEASE, sha_textbook);
     if (m == HELD) {
         const char *hold[5] = {"SET", key, "held-by-someone-else", "PX", "600000"};
         for (i = 0; i < nservers; i++)

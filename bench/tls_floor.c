@@ -10,7 +10,9 @@
  *   MODE  setnx  SET key token NX PX ttl, then EVALSHA release (the
  *                compare-and-delete script): the textbook cycle
  *         cycle  EVALSHA acquire, then EVALSHA release: the library's own
- *                round trips
+ *                round trips with several servers (Redlock; one server's
+ *                uncontended acquire sends SET NX PX and INCR instead:
+ *                bench/floor.c's cycle mode)
  *   -c    the CA file that signs the servers' certificates (verified, with
  *         the host as the name, as the library does)
  *   -P    plain sockets, no TLS (the same loop, for comparison)

@@ -478,6 +478,125 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
+/* conn:grant(key, token, ttl[, counter]): the uncontended acquire without a
+ * script: SET key token NX PX ttl, and with a counter INCR counter, in one
+ * write (one round trip, no Lua on the server). Returns
+ *   1, fence, connects      set (fence: INCR's answer; 0 without counter;
+ *                           connects: conn:connects() of the connection
+ *                           that answered)
+ *   1, false, connects, msg set, but INCR failed with msg: the caller
+ *                           releases the key
+ *   0                       not set: the key exists (INCR ran all the same)
+ *   nil, msg, code, stale   as conn:command
+ * The INCR runs after the SET on the server (one connection's commands run
+ * in order), so a fence is never taken before its grant; the caller relies
+ * on a lock's validity for the rest (see redlock.scripted.grant). Not for
+ * Cluster conns (the counter's slot is the key's: the scripts' way). */
+static int conn_grant(lua_State *L) {
+    conn_ud *u = check_conn(L);
+    size_t len[4];
+    const char *key = luaL_checklstring(L, 2, &len[0]);
+    const char *token = luaL_checklstring(L, 3, &len[1]);
+    const char *ttl = luaL_checklstring(L, 4, &len[2]);
+    const char *counter = luaL_optlstring(L, 5, NULL, &len[3]);
+    const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
+    size_t setlen[6] = {3, len[0], len[1], 2, 2, len[2]};
+    const char *incr[2] = {"INCR", counter};
+    size_t incrlen[2] = {4, len[3]};
+    char stack[512], *cmd = NULL;
+    long n;
+    int reused, failed, got = 0, nreplies = counter != NULL ? 2 : 1, ret;
+    void *replies[2] = {NULL, NULL};
+    redisReply *r;
+    if (u->cluster != NULL)
+        return luaL_argerror(L, 1, "not for a Cluster");
+    if (u->closed)
+        return push_closed(L);
+    redlock_conn_before_use(u);
+    reused = u->ctx != NULL;
+    if (u->ctx == NULL) {
+        int rc = conn_connect(u);
+        if (rc != OK)
+            return push_failure(L, u, rc, 0);
+    }
+    n = redlock_encode(stack, sizeof stack, 6, set, setlen, &cmd);
+    failed = n < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)n) != REDIS_OK;
+    if (n >= 0 && cmd != stack)
+        free(cmd);
+    if (!failed && counter != NULL) {
+        n = redlock_encode(stack, sizeof stack, 2, incr, incrlen, &cmd);
+        failed = n < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)n) != REDIS_OK;
+        if (n >= 0 && cmd != stack)
+            free(cmd);
+    }
+    if (failed) {
+        snprintf(u->err, ERRLEN, "connection: %s: could not encode the command (out of memory)",
+                 u->name);
+        free_ctx(u);
+        return push_failure(L, u, E_CONNECTION, 0);
+    }
+    if (flush_obuf(u) != 0)
+        failed = 1;
+    while (!failed && got < nreplies) {
+        if (get_reply(u, &replies[got]) != REDIS_OK || replies[got] == NULL)
+            failed = 1;
+        else
+            got++;
+    }
+    if (failed) {
+        int timed_out = io_error(u, errno, "waiting for a reply");
+        int i;
+        for (i = 0; i < got; i++)
+            freeReplyObject(replies[i]);
+        free_ctx(u);
+        /* (SET answered and INCR did not: the key may be ours; its ttl
+         * ends it, as for any lost reply) */
+        return push_failure(L, u, E_CONNECTION, reused && !timed_out && got == 0);
+    }
+    r = (redisReply *)replies[0];
+    if (r->type == REDIS_REPLY_ERROR) {
+        int stale = u->sentinels != NULL && redlock_sentinel_demoted(u, r->str, r->len);
+        if (!stale)
+            snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
+                     (int)(r->len > 200 ? 200 : r->len), r->str);
+        freeReplyObject(r);
+        if (counter != NULL)
+            freeReplyObject(replies[1]);
+        return push_failure(L, u, stale ? E_CONNECTION : E_SERVER, stale);
+    }
+    if (r->type != REDIS_REPLY_STATUS) { /* nil: held */
+        freeReplyObject(r);
+        if (counter != NULL)
+            freeReplyObject(replies[1]);
+        lua_pushinteger(L, 0);
+        return 1;
+    }
+    freeReplyObject(r);
+    lua_pushinteger(L, 1);
+    ret = 3;
+    if (counter == NULL) {
+        lua_pushinteger(L, 0);
+    } else {
+        r = (redisReply *)replies[1];
+        if (r->type == REDIS_REPLY_INTEGER) {
+            lua_pushinteger(L, (lua_Integer)r->integer);
+        } else {
+            lua_pushboolean(L, 0);
+            ret = 4;
+            if (r->type == REDIS_REPLY_ERROR)
+                snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
+                         (int)(r->len > 200 ? 200 : r->len), r->str);
+            else
+                snprintf(u->err, ERRLEN, "server: %s: unexpected reply to INCR", u->name);
+        }
+        freeReplyObject(r);
+    }
+    lua_pushnumber(L, (lua_Number)u->connects);
+    if (ret == 4)
+        lua_pushstring(L, u->err);
+    return ret;
+}
+
 /* Replica acknowledgement: the script and WAIT (or WAITAOF) in one write,
  * both replies read (wait.h). The reply timeout grows by the WAIT's own for
  * this call only: WAIT answers after at most w->timeout_ms. *r1 is the
@@ -1031,9 +1150,10 @@ void redlock_conn_open(lua_State *L) {
         {"eval", conn_eval},
         {"eval_values", conn_eval_values},
         {"eval_wait", conn_eval_wait},
+        {"grant", conn_grant},
+        {"connects", conn_connects},
         {"close", conn_close},
         {"connected", conn_connected},
-        {"connects", conn_connects},
         {"name", conn_name},
         {"clone", conn_clone},
         {"set_timeout", conn_set_timeout},

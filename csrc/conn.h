@@ -21,7 +21,8 @@ typedef struct redlock_conn {
     int connect_timeout_ms, timeout_ms;
     int closed;
     unsigned gen; /* the fork generation (token.h) ctx was made in */
-    unsigned long connects; /* connections made so far (redlock.detect re-checks on a new one) */
+    unsigned long connects; /* connections made so far (redlock.detect re-checks on a new one;
+                               conn:grant tells it) */
     redlock_tls *tls;               /* NULL: plaintext */
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */

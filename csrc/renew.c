@@ -506,6 +506,14 @@ static int legacy_ours(const redisReply *rep, const entry *e, double now) {
     return exp > now;
 }
 
+/* Keeps the first error a command queued after MULTI got (the server
+ * refused to queue it: OOM under maxmemory), for the message. */
+#define QUEUEDLEN 161
+static void note_queued(const redisReply *rep, char *queued) {
+    if (rep->type == REDIS_REPLY_ERROR && queued[0] == '\0')
+        snprintf(queued, QUEUEDLEN, "%.*s", (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+}
+
 /* Legacy mode's extend on server i (servers without scripting, with WATCH):
  * WATCH key, GET key; ours and not past its expiry: MULTI, SET key
  * "<now + ttl>:<token>", PEXPIRE key ttl, EXEC (a nil EXEC: somebody touched
@@ -513,10 +521,12 @@ static int legacy_ours(const redisReply *rep, const entry *e, double now) {
  * ours any more, -1 failed. */
 static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
     char value[48 + 256];
+    char queued[QUEUEDLEN]; /* a queued command's refusal (OOM): EXEC then says only EXECABORT */
     const char *argv[3];
     size_t len[3];
     redisReply *rep = NULL;
     int ours, v = -1;
+    queued[0] = '\0';
     if (e->toklen > 256) {
         snprintf(err, ERRLEN, "renewal: token too long");
         return -1;
@@ -552,6 +562,7 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     len[2] = strlen(value);
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
+    note_queued(rep, queued);
     freeReplyObject(rep);
     argv[0] = "PEXPIRE";
     len[0] = 7;
@@ -559,6 +570,7 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     len[2] = strlen(ttl);
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
+    note_queued(rep, queued);
     freeReplyObject(rep);
     argv[0] = "EXEC";
     len[0] = 4;
@@ -566,6 +578,8 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
         return -1;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
         v = 1;
+    else if (rep->type == REDIS_REPLY_ERROR && queued[0] != '\0')
+        snprintf(err, ERRLEN, "server: %s: %.160s", r->conns[i]->name, queued);
     else if (rep->type == REDIS_REPLY_ERROR)
         snprintf(err, ERRLEN, "server: %s: %.*s", r->conns[i]->name,
                  (int)(rep->len > 160 ? 160 : rep->len), rep->str);

@@ -23,13 +23,14 @@ local util = require "redlock.util"
 local replicas = require "redlock.replicas"
 local ops_for = require("redlock.detect").ops_for
 local events = require "redlock.events"
+local eviction = require "redlock.eviction"
 local semaphore = require "redlock.semaphore"
 local group = require "redlock.group"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
 local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
-local WAITERS = scripted.WAITERS
+local WAITERS, grant = scripted.WAITERS, scripted.grant
 local setmetatable, type, error, pcall, ipairs, pairs = setmetatable, type, error, pcall, ipairs, pairs
 local format, floor, ceil, find = string.format, math.floor, math.ceil, string.find
 local max, min = math.max, math.min
@@ -163,17 +164,43 @@ local function kind_opts(client, fname, key, o)
     return copy
 end
 
--- The first attempt: on one server in script mode, the request
--- redlock.scripted makes for it, sent from here; else the strategy's. It is
--- the whole way of an uncontended lock, and each layer in it costs more
--- than its instructions (the code runs cold after every reply): going
--- through redlock.single and redlock.scripted cost the cycle 2-3% of the
--- floor's speed. What the answer means is still theirs.
+-- A key refused at a first attempt less than this long ago (ms) is likely
+-- held still: its next first attempt asks the acquire script at once (one
+-- round trip, which says the holder's pttl), not conn:grant, whose refusal
+-- does not say it and would cost a second round trip.
+local REFUSED_MS = 1000
+
+-- The first attempt: on one server in script mode, without a script where
+-- the connection can (redlock.scripted.grant: SET NX PX and the fence's
+-- INCR in one round trip), else the acquire script, sent from here; else
+-- the strategy's. It is the whole way of an uncontended lock, and each
+-- layer in it costs more than its instructions (the code runs cold after
+-- every reply): going through redlock.single and redlock.scripted cost the
+-- cycle 2-3% of the floor's speed. What the answer means is still theirs.
 -- unfenced: fence = false (no counter touched, no fence answered). rep:
--- the options when the lock waits for replicas (the strategy's way).
-local function first_attempt(client, key, token, ttl, unfenced, rep, hook)
+-- the options when the lock waits for replicas (the strategy's way). t0:
+-- before the first request.
+local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
     local server = client.one
-    if not server or server.ops ~= scripted or unfenced or rep then
+    if not server or server.ops ~= scripted or rep then
+        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+    end
+    if server.grants and (server.refused ~= key or server.refused_until < t0) then
+        -- The fence's INCR runs after the SET, but maybe not right after it:
+        -- had the key expired in between, a next holder's INCR could have
+        -- come first. Then the answer comes after the validity ran out, and
+        -- grant does not use the fence: the script answers instead.
+        local ok, v, code = grant(server, key, token, ttl, unfenced, t0, expiry(client, t0, ttl))
+        if ok == true then
+            return true, v
+        elseif ok == false then
+            server.refused, server.refused_until = key, t0 + REFUSED_MS
+        elseif ok == nil then
+            return single.acquired(server, nil, v, code)
+        end
+        -- ("script", or a refusal: the script says the holder's pttl)
+    end
+    if unfenced then
         return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
@@ -181,7 +208,11 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     end
-    if taken == 1 and v then return true, v end
+    if taken == 0 then
+        server.refused, server.refused_until = key, t0 + REFUSED_MS
+    elseif taken == 1 and server.refused == key then
+        server.refused = nil
+    end
     return single.acquired(server, scripted.answer(server, taken, v, at))
 end
 
@@ -393,7 +424,13 @@ local function acquire(client, key, o, wait, renew)
     if o.kind then -- (a semaphore or a group: redlock.semaphore, redlock.group)
         ok, v, where = o.kind.acquire(client, key, token, o.ttl, nil, nil, not o.fence, o.rep)
     else
-        ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep, o.on_event)
+        ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
+            o.on_event, start)
+    end
+    -- a server met for the first time: can it evict a held lock? (once;
+    -- Redlock's servers: redlock.quorum)
+    if server and ok ~= nil and server.policy == nil then
+        eviction.check(client, server, o.on_event, show_key(key))
     end
     if ok then
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))

@@ -144,6 +144,122 @@ describe("keys the library leaves, and fences", function()
         end
     end)
 
+    -- The uncontended acquire takes SET NX PX and the fence's INCR without a
+    -- script (redlock.scripted.grant); the acquire script, which raises the
+    -- counter to the server's clock, runs on a connection's first grant and
+    -- after RAISED_MS without one. A counter that goes back (lost) must not
+    -- give a fence at or below one given before, on the same client.
+    describe("the acquire without a script", function()
+        local scripted = require "redlock.scripted"
+        local function calls(d, name)
+            local info = d:command("INFO", "commandstats")
+            local n = tonumber(info:match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+            -- (2.6 and 2.8 count EVALSHA as eval)
+            if name == "evalsha" then n = n + tonumber(info:match("cmdstat_eval:calls=(%d+)") or "0") end
+            return n
+        end
+        -- Before Redis 3.2 a script cannot read TIME and write: the fence is
+        -- the counter alone, which starts again at 1 when lost (docs/fencing.md)
+        local function clocked(d)
+            local major, minor = d:command("INFO", "server"):match("redis_version:(%d+)%.(%d+)")
+            return tonumber(major) * 100 + tonumber(minor) >= 302
+        end
+
+        it("sends SET NX PX and INCR, and one script (the release)", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            local client = redlock.new { servers = { s:url() } }
+            assert(client:acquire(helper.key())):release() -- the first grant: the script
+            local evalsha, set, incr = calls(d, "evalsha"), calls(d, "set"), calls(d, "incr")
+            local last = 0
+            for _ = 1, 10 do
+                local lock = assert(client:acquire(helper.key()))
+                assert.is_true(lock.fence > last)
+                last = lock.fence
+                assert.is_true(lock:release())
+            end
+            assert.equal(10, calls(d, "evalsha") - evalsha)
+            assert.equal(10, calls(d, "set") - set)
+            assert.equal(10, calls(d, "incr") - incr)
+            -- fence = false: SET NX PX alone
+            incr = calls(d, "incr")
+            local lock = assert(client:acquire(helper.key(), { fence = false }))
+            assert.is_nil(lock.fence)
+            assert.is_true(lock:release())
+            assert.equal(incr, calls(d, "incr"))
+            -- held: locked, with the holder's pttl
+            local key = helper.key()
+            local held = assert(client:acquire(key, { ttl = 60000 }))
+            for _ = 1, 2 do
+                local _, err, code = client:try_acquire(key)
+                assert.equal("locked", code)
+                assert.matches("expires in %d+ ms", err)
+            end
+            assert.is_true(held:release())
+            -- a fence answered after the lock's validity ran out (here a 2 ms
+            -- ttl: at once) is not used: the script takes the grant again
+            evalsha = calls(d, "evalsha")
+            lock = assert(client:acquire(helper.key(), { ttl = 2 }))
+            assert.equal(1, calls(d, "evalsha") - evalsha)
+            assert.is_true(lock.fence > last)
+            client:close()
+            d:close()
+        end)
+
+        it("keeps fences increasing when the counter is lost under a client: FLUSHALL, restart", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            if not clocked(d) then return d:close() end
+            for _, fenced_first in ipairs { true, false } do
+                local client = redlock.new { servers = { s:url() } }
+                local last = 0
+                local function take()
+                    local lock = assert(client:acquire(helper.key()))
+                    assert.is_true(lock.fence > last, lock.fence .. " after " .. last)
+                    last = lock.fence
+                    assert.is_true(lock:release())
+                end
+                for _ = 1, 5 do take() end
+                -- lost while the connection stays: INCR starts again at 1
+                d:command("FLUSHALL")
+                take()
+                take()
+                -- lost with a restart (no persistence), same client
+                s:restart()
+                if not fenced_first then assert(client:acquire(helper.key(), { fence = false })):release() end
+                take()
+                take()
+                client:close()
+                d:close()
+                d = core.conn(s:spec())
+            end
+            d:close()
+        end)
+
+        it("raises the counter to the clock again after RAISED_MS without a grant", function()
+            local s = helper.start_server()
+            local d = core.conn(s:spec())
+            if not clocked(d) then return d:close() end
+            local a = redlock.new { servers = { s:url() } }
+            local b = redlock.new { servers = { s:url() } }
+            local la = assert(a:acquire(helper.key()))
+            assert.is_true(la:release())
+            local lb = assert(b:acquire(helper.key()))
+            assert.is_true(lb:release())
+            assert.is_true(lb.fence > la.fence)
+            -- b's grant lost (a failover to a replica that missed it): the
+            -- counter goes back to just above a's fence
+            d:command("SET", "redlock:fence", string.format("%.0f", la.fence + 1))
+            helper.sleep(scripted.RAISED_MS + 20)
+            local la2 = assert(a:acquire(helper.key()))
+            assert.is_true(la2.fence > lb.fence, la2.fence .. " after " .. lb.fence)
+            assert.is_true(la2:release())
+            a:close()
+            b:close()
+            d:close()
+        end)
+    end)
+
     it("fence = false: lock.fence is nil and no counter is touched, in every mode", function()
         local s = helper.start_server()
         local ls = helper.start_server { config = NO_SCRIPTING }

@@ -191,6 +191,22 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.equal("connection", t.code, body)
             assert.matches("^connection: 127%.0%.0%.1:%d+: could not connect %(", t.err)
         end)
+
+        it("warns in the error log (ngx.log, warn) of a server that may evict lock keys, once per worker",
+            function()
+            local evicting = helper.start_server { config = { "maxmemory 100mb", "maxmemory-policy allkeys-lru" } }
+            for _ = 1, 3 do
+                local body = ngx_server:get(string.format("/auth?port=%d&key=%s", evicting.port, helper.key("evict")))
+                assert.matches("token=%x+", body)
+            end
+            local f = assert(io.open(ngx_server.dir .. "/error.log"))
+            local log = f:read("*a")
+            f:close()
+            local _, n = log:gsub("%[warn%][^\n]*redlock: warning: 127%.0%.0%.1:" .. evicting.port
+                .. " may evict lock keys: maxmemory%-policy allkeys%-lru", "")
+            assert.is_true(n >= 1 and n <= 3, log)
+            evicting:stop()
+        end)
     end)
 
     describe("the nginx.conf of docs/openresty.md", function()

@@ -92,7 +92,7 @@ local running = {}
 
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
-    local args = { NO_PRELOAD .. "redis-cli", "-h 127.0.0.1", "-p", self.port }
+    local args = { NO_PRELOAD .. (self.exec or "") .. "redis-cli", "-h", self.host or "127.0.0.1", "-p", self.port }
     if self.tls_cli then
         -- a TLS handshake with a plaintext server on that port (ours did not
         -- bind: another took the port) would wait forever
@@ -110,11 +110,11 @@ function Server:cli(...)
 end
 
 function Server:url(db)
-    return string.format("redis://127.0.0.1:%d%s", self.port, db and ("/" .. db) or "")
+    return string.format("redis://%s:%d%s", self.host or "127.0.0.1", self.port, db and ("/" .. db) or "")
 end
 
 function Server:spec(extra)
-    local t = { host = "127.0.0.1", port = self.port, tls = self.tls }
+    local t = { host = self.host or "127.0.0.1", port = self.port, tls = self.tls }
     for k, v in pairs(extra or {}) do t[k] = v end
     return t
 end
@@ -122,7 +122,7 @@ end
 local function write_conf(self)
     if self.sentinel_lines then
         -- a sentinel: its own few lines (it rewrites the file as it learns)
-        local lines = { "port " .. self.port, "bind 127.0.0.1", "daemonize no",
+        local lines = { "port " .. self.port, "bind " .. (self.host or "127.0.0.1"), "daemonize no",
             "dir " .. self.dir, "logfile " .. self.dir .. "/redis.log" }
         for _, l in ipairs(self.sentinel_lines) do lines[#lines + 1] = l end
         local f = assert(io.open(self.dir .. "/redis.conf", "w"))
@@ -132,7 +132,7 @@ local function write_conf(self)
     end
     local lines = {
         "port " .. self.port,
-        "bind 127.0.0.1",
+        "bind " .. (self.host or "127.0.0.1"),
         "save \"\"",
         "daemonize no",
         "dir " .. self.dir,
@@ -174,7 +174,10 @@ function Server:start()
     for _ = 1, 20 do
         if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
         write_conf(self)
-        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. "redis-server %s%s >>%s 2>&1 & echo $!'",
+        -- (self.exec: a prefix that must exec redis-server in place, so
+        -- that $! is the server: `ip netns exec NS`, `env FAKETIME=...`)
+        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. (self.exec or "")
+            .. "redis-server %s%s >>%s 2>&1 & echo $!'",
             quote(self.dir .. "/redis.conf"), self.sentinel_lines and " --sentinel" or "",
             quote(self.dir .. "/stdout.log"))):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
@@ -265,6 +268,10 @@ function Server:tls_url() return string.format("rediss://127.0.0.1:%d", self.tls
 
 --- Starts a redis-server. opts: password, config = { extra conf lines },
 -- persistent = true (AOF with fsync always, so a restart keeps the data),
+-- host (the address to bind, 127.0.0.1 by default: spec/netns.lua's
+-- private addresses inside a network namespace), exec (a prefix for the
+-- redis-server and redis-cli commands that execs them in place, e.g.
+-- "ip netns exec NS "; it may carry quotes, never a single quote),
 -- tls = { ca_file =, cert_file =, key_file = } (start_tls_server's
 -- tls_only: TLS on the one port, whose certificates config names).
 function _M.start_server(opts)
@@ -276,6 +283,8 @@ function _M.start_server(opts)
         password = opts.password,
         username_cli = opts.username_cli,
         config = opts.config,
+        host = opts.host,
+        exec = opts.exec,
         tls = opts.tls,
         tls_cli = opts.tls and string.format("--tls --cacert %s --cert %s --key %s",
             quote(opts.tls.ca_file), quote(opts.tls.cert_file), quote(opts.tls.key_file)),
@@ -302,10 +311,11 @@ end
 -- link to the master is up. opts: as start_server's.
 function _M.start_replica(master, opts)
     opts = opts or {}
-    local config = { "replicaof 127.0.0.1 " .. master.port }
+    local config = { "replicaof " .. (master.host or "127.0.0.1") .. " " .. master.port }
     if master.password then config[#config + 1] = "masterauth " .. master.password end
     for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
-    local replica = _M.start_server({ password = opts.password, config = config })
+    local replica = _M.start_server({ password = opts.password, config = config, host = opts.host,
+        exec = opts.exec })
     replica.master = master
     if not _M.eventually(10000, function()
         return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
@@ -324,7 +334,7 @@ function _M.start_sentinel(masters, opts)
     opts = opts or {}
     local lines = {}
     for name, master in pairs(masters) do
-        lines[#lines + 1] = string.format("sentinel monitor %s 127.0.0.1 %d %d", name, master.port,
+        lines[#lines + 1] = string.format("sentinel monitor %s %s %d %d", name, master.host or "127.0.0.1", master.port,
             opts.quorum or 2)
         lines[#lines + 1] = "sentinel down-after-milliseconds " .. name .. " 1000"
         lines[#lines + 1] = "sentinel failover-timeout " .. name .. " 5000"
@@ -334,7 +344,7 @@ function _M.start_sentinel(masters, opts)
     for _, l in ipairs(opts.config or {}) do lines[#lines + 1] = l end
     local dir = fresh_dir("sentinel")
     local self = setmetatable({ dir = dir, socket = dir .. "/none.sock", sentinel_lines = lines,
-        password = opts.password }, Server)
+        password = opts.password, host = opts.host, exec = opts.exec }, Server)
     return self:start()
 end
 
@@ -509,9 +519,12 @@ end
 
 --- Starts a worker in the background; returns a handle whose wait() returns
 -- its exit status and output.
-function _M.spawn(script, ...)
+function _M.spawn(script, ...) return _M.spawn_in("", script, ...) end
+
+--- The same, its command behind a prefix that execs it ("ip netns exec NS ").
+function _M.spawn_in(prefix, script, ...)
     local dir = fresh_dir("worker")
-    local cmd = _M.lua_cmd(script, ...)
+    local cmd = prefix .. _M.lua_cmd(script, ...)
     -- The background shell must not keep popen's pipe open, or reading the
     -- pid would wait for the worker to finish (and workers would run one
     -- after another).

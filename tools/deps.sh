@@ -8,11 +8,13 @@ set -eu
 # discount for markdown) for the lint that builds the reference; libssl-dev
 # and openssl for TLS (the core links OpenSSL; spec/06 makes certificates);
 # redis-sentinel for the Sentinel specs; lua-sql-sqlite3 (LuaSQL, every
-# Lua) for the SQL examples (docs/fencing.md, examples/).
+# Lua) for the SQL examples (docs/fencing.md, examples/); iproute2 (`ip
+# netns`, veths) and faketime (libfaketime) for the partition and clock
+# specs (spec/74, spec/75).
 PACKAGES="${PACKAGES:-lua5.4 liblua5.4-dev libhiredis-dev redis-server redis-tools lua-busted lua-check luarocks
 libssl-dev openssl redis-sentinel pkg-config gcc make valgrind clang libclang-rt-14-dev cppcheck clang-tidy
 lua5.1 lua5.2 lua5.3 liblua5.1-0-dev liblua5.2-dev liblua5.3-dev luajit2 libluajit2-5.1-dev
-nginx libnginx-mod-http-lua libnginx-mod-http-ndk curl lua-ldoc lua-discount lua-sql-sqlite3}"
+nginx libnginx-mod-http-lua libnginx-mod-http-ndk curl lua-ldoc lua-discount lua-sql-sqlite3 iproute2 faketime}"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -11,7 +11,8 @@ return {
     round_trips = cycle.round_trips,
     commands = cycle.commands,
     floor_commands = cycle.floor_commands,
-    occasional = cycle.occasional,
+    sent = cycle.sent,
+    floor_sent = cycle.floor_sent,
     target = cycle.target,
     compare = { id = "cycle", speed_min = 0.95 },
     setup = function(ctx)

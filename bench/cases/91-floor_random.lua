@@ -9,6 +9,7 @@ return {
     floor_b = "-r cycle",
     iterations = 1000,
     round_trips = 2,
-    commands = { evalsha = 2, get = 2, set = 1, incr = 1, time = 1, del = 1 },
-    occasional = { set = 1 },
+    commands = { set = 1, incr = 1, evalsha = 1, get = 1, del = 1 },
+    sent = { "set", "incr" },
+    floor_sent = { "set", "incr" },
 }

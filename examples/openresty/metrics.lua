@@ -22,7 +22,7 @@ _M.DICT = "redlock_metrics"
 local BOUNDS = { 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000 }
 local TYPES = {
     "acquired", "refused", "timeout", "quorum_failed", "released", "not_owner", "extended",
-    "renewed", "renew_failed", "lost", "server_error",
+    "renewed", "renew_failed", "lost", "server_error", "warning",
 }
 
 --- The on_event hook: counts ev in the shared dict.

@@ -41,20 +41,23 @@ function _M.parse_version(info)
 end
 
 --- What this server can do, asked once (INFO) and kept on the server:
--- { version = n|nil, watch = bool, pexpire = bool, pttl = bool }.
+-- { version = n|nil, watch = bool, pexpire = bool, pttl = bool, time =
+-- bool, policy = maxmemory-policy|nil, maxmemory = bytes|nil (3.2 and
+-- later; redlock.eviction) }.
 -- A server that refuses INFO is assumed modern; a command that turns out to
 -- be unknown is dropped from the list then. A connection error is not
--- kept: the next call asks again.
+-- kept: the next call asks again. (INFO's default sections, which every
+-- version takes: the version is in "server", the policy in "memory".)
 function _M.caps(server)
     local caps = server.caps
     if caps then return caps end
-    local info, err, code = server:call("INFO", "server")
-    if info == nil and code == "server" then
-        info, err, code = server:call("INFO") -- before 2.6, INFO takes no section
-    end
+    local info, err, code = server:call("INFO")
     if info == nil and code ~= "server" then return nil, err, code end
-    local v = type(info) == "string" and _M.parse_version(info) or nil
+    if type(info) ~= "string" then info = "" end
+    local v = _M.parse_version(info)
     caps = {
+        policy = match(info, "\nmaxmemory_policy:([%w%-]+)"),
+        maxmemory = tonumber(match(info, "\nmaxmemory:(%d+)")),
         version = v,
         watch = not v or v >= 20200,
         pexpire = not v or v >= 20600,

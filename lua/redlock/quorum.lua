@@ -19,6 +19,7 @@ local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
 local replicas = require "redlock.replicas"
 local events = require "redlock.events"
+local eviction = require "redlock.eviction"
 local show_key = require("redlock.util").show_key
 
 local now = core.now
@@ -339,6 +340,11 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
     local t1 = now()
     mark_down(client, live, st, codes, t1)
     failed_servers(client, live, st, v, codes, key, hook)
+    for j, i in ipairs(live) do
+        -- a server met for the first time: can it evict a held lock? (once)
+        local server = client.servers[i]
+        if st[j] ~= nil and server.policy == nil then eviction.check(client, server, hook, show_key(key)) end
+    end
     local drift = ttl * client.drift_factor + 2
     local elapsed = t1 - t0
     local granted, held = count(live, st)

@@ -33,6 +33,9 @@ function _M.new(spec, mode)
         scripts_only = spec.cluster ~= nil,
         -- fence counters per slot, not per server (redlock.util.fence_counter)
         slot_fences = spec.cluster ~= nil,
+        -- the uncontended acquire may go without a script (conn:grant,
+        -- redlock.scripted.grant); a Cluster's takes the scripts' way
+        grants = spec.cluster == nil,
     }, Server)
 end
 

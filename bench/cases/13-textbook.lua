@@ -1,0 +1,8 @@
+-- The uncontended cycle with the defaults (fence, notified waiting) against
+-- the textbook floor (bench/textbook.lua).
+return dofile("bench/textbook.lua") {
+    id = "textbook",
+    title = "acquire+release vs textbook",
+    commands = { set = 1, incr = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
+    sent = { "set", "incr" },
+}

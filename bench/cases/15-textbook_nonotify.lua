@@ -1,0 +1,8 @@
+-- The uncontended cycle with notify = false against the textbook floor.
+return dofile("bench/textbook.lua") {
+    id = "tb_nonotify",
+    title = "notify = false vs textbook",
+    opts = { notify = false },
+    commands = { set = 1, incr = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
+    sent = { "set", "incr" },
+}

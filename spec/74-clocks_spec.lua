@@ -1,0 +1,201 @@
+-- Clock jumps (issue 38), with libfaketime (Debian's faketime): a lock
+-- server's clock stepped forward or back (Redis expires keys by its own
+-- wall clock), and the client's wall clock stepped (its validity counts on
+-- the monotonic clock, which an NTP step leaves alone). The offset is a
+-- file that libfaketime reads at every clock call, so a running process's
+-- clock jumps when the spec rewrites it.
+--
+-- The servers are the libc-malloc builds of ../shared/servers (Debian's
+-- jemalloc-linked redis-server fails under libfaketime: "unexpected
+-- recursive calls to clock_gettime()"); without them, or without
+-- libfaketime, the suite says why it is skipped. What Redlock's drift
+-- allowance covers and what it does not: docs/guarantees.md#clocks.
+local helper = require "helper"
+local redlock = require "redlock"
+
+local function first_line(cmd) return (helper.read_cmd(cmd .. " 2>/dev/null"):match("[^\n]+")) end
+
+local SERVERS = os.getenv("REDLOCK_SERVERS") or "../shared/servers"
+-- (absolute: the servers' PATH is theirs)
+local BIN = helper.read_cmd("cd " .. helper.quote(SERVERS) .. " 2>/dev/null && pwd"):gsub("%s+$", "") .. "/redis-7.4.1"
+local LIBFAKETIME = first_line("ls /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1")
+
+local function missing()
+    local why = helper.lua54_only()
+    if why then return why end
+    if not LIBFAKETIME then return "no libfaketime (Debian's faketime)" end
+    if not first_line("ls " .. helper.quote(BIN .. "/redis-server")) then
+        return "no libc-malloc redis-server in " .. BIN .. " (Debian's jemalloc build cannot run under libfaketime)"
+    end
+    return nil
+end
+local skip = missing()
+
+-- A file of libfaketime's offset ("+0", "+5.5", "-3600": seconds).
+local function offset_file()
+    local path = helper.fresh_dir("clock") .. "/offset"
+    local f = assert(io.open(path, "w"))
+    f:write("+0\n")
+    f:close()
+    return path
+end
+
+local function set_offset(path, s)
+    local f = assert(io.open(path, "w"))
+    f:write(string.format("%+.3f\n", s))
+    f:close()
+end
+
+-- The environment that puts a process under libfaketime, its clock read
+-- from the offset file at every call (no cache). monotonic = false: only
+-- the wall clock moves (an NTP step).
+local function faked(path, monotonic)
+    return string.format("env LD_PRELOAD=%s FAKETIME_TIMESTAMP_FILE=%s FAKETIME_NO_CACHE=1 %s", LIBFAKETIME,
+        path, monotonic == false and "FAKETIME_DONT_FAKE_MONOTONIC=1 " or "")
+end
+
+-- A redis-server whose clock follows the offset file (server.offset): a
+-- `redis-server` script first on PATH execs the libc-malloc build under
+-- libfaketime (redis-cli, Debian's, must not run under it).
+local function skewed_server()
+    local path = offset_file()
+    local dir = path:match("^(.*)/[^/]+$")
+    local f = assert(io.open(dir .. "/redis-server", "w"))
+    f:write("#!/bin/sh\nexec ", faked(path), helper.quote(BIN .. "/redis-server"), ' "$@"\n')
+    f:close()
+    assert(os.execute("chmod +x " .. helper.quote(dir .. "/redis-server")))
+    local server = helper.start_server { exec = "env PATH=" .. dir .. ":$PATH " }
+    server.offset = path
+    return server
+end
+
+local function pttl(server, key) return tonumber(server:cli("PTTL", key)) end
+
+describe("clock jumps", function()
+    if skip then
+        pending("skipped: " .. skip)
+        return
+    end
+    teardown(function() helper.stop_all() end)
+
+    describe("a server's clock", function()
+        it("jumping forward by less than the drift allowance: the validity still ends before the key",
+            function()
+                local server = skewed_server()
+                local client = redlock.new { servers = { server:url() } }
+                local key = helper.key("small-jump")
+                -- ttl 60 s: the allowance is 60000 * 0.01 + 2 = 602 ms
+                local lock = assert(client:acquire(key, { ttl = 60000 }))
+                set_offset(server.offset, 0.3)
+                local left = pttl(server, key) -- the server's, read first
+                assert.is_true(lock:remaining() <= left,
+                    string.format("remaining %.0f ms, the key only %d", lock:remaining(), left))
+                assert.is_true(lock:release())
+                client:close()
+                server:stop()
+            end)
+
+        it("jumping forward by more: the key expires early, a second holder while the first is valid", function()
+            local server = skewed_server()
+            local a = redlock.new { servers = { server:url() } }
+            local b = redlock.new { servers = { server:url() } }
+            local key = helper.key("big-jump")
+            local lock = assert(a:acquire(key, { ttl = 10000 }))
+            set_offset(server.offset, 12)
+            assert.equal("0", server:cli("EXISTS", key))
+            local second = assert(b:try_acquire(key))
+            assert.is_true(lock:remaining() > 0, "two holders: what no drift allowance covers")
+            assert.is_true(second.fence > lock.fence)
+            assert.is_true(second:release())
+            a:close()
+            b:close()
+            server:stop()
+        end)
+
+        it("jumping back: a key outlives its ttl by the jump (a crashed holder's lock stays that long)",
+            function()
+                local server = skewed_server()
+                local client = redlock.new { servers = { server:url() } }
+                local key = helper.key("back")
+                assert(client:acquire(key, { ttl = 2000 }))
+                set_offset(server.offset, -3600)
+                assert.is_true(pttl(server, key) > 3600000, "pttl " .. pttl(server, key))
+                helper.sleep(2100)
+                assert.equal("1", server:cli("EXISTS", key))
+                -- the clock back where it was: the key's own ttl again
+                set_offset(server.offset, 0)
+                assert.equal("0", server:cli("EXISTS", key))
+                client:close()
+                server:stop()
+            end)
+
+        it("Redlock: one server of three jumping forward changes nothing, two let a second holder in", function()
+            local list, urls = {}, {}
+            for i = 1, 3 do
+                list[i] = skewed_server()
+                urls[i] = list[i]:url()
+            end
+            local a = redlock.new { servers = urls }
+            local b = redlock.new { servers = urls }
+            local key = helper.key("redlock-jump")
+            local lock = assert(a:acquire(key, { ttl = 10000 }))
+            set_offset(list[1].offset, 3600)
+            assert.equal("0", list[1]:cli("EXISTS", key))
+            local _, _, code = b:try_acquire(key)
+            assert.equal("locked", code)
+            set_offset(list[2].offset, 3600)
+            local second = assert(b:try_acquire(key))
+            assert.is_true(lock:remaining() > 0, "two holders: a majority of clocks jumped")
+            assert.is_true(second:release())
+            a:close()
+            b:close()
+            for _, s in ipairs(list) do s:stop() end
+        end)
+    end)
+
+    describe("the client's wall clock", function()
+        -- (libfaketime and the sanitizer runtimes, both preloaded, hang the
+        -- client: make test-sanitize leaves these to the unit suite)
+        local preloaded = (os.getenv("LD_PRELOAD") or "") ~= ""
+        if preloaded then
+            pending("skipped: libfaketime cannot run beside the preloaded sanitizer runtimes")
+            return
+        end
+
+        it("jumping forward and back: validity, extend, release and renewal follow the monotonic clock",
+            function()
+                local server = helper.start_server()
+                local path = offset_file()
+                local cmd = faked(path, false) .. helper.lua_cmd("spec/workers/clock_client.lua", server:url(),
+                    helper.key("client-jump"), path)
+                local out = helper.read_cmd("timeout 60 " .. cmd .. " 2>&1; echo rc=$?")
+                assert.matches("\nok\nrc=0%s*$", out)
+                server:stop()
+            end)
+
+        it("an hour ahead: script mode is refused; legacy mode takes over a live lock (its documented limit)",
+            function()
+                local server = helper.start_server()
+                local path = offset_file()
+                set_offset(path, 3600)
+                for _, mode in ipairs({ "script", "legacy" }) do
+                    local client = redlock.new { servers = { server:url() }, mode = mode }
+                    local key = helper.key("ahead-" .. mode)
+                    local lock = assert(client:acquire(key, { ttl = 30000 }))
+                    local out = helper.read_cmd("timeout 60 " .. faked(path, false)
+                        .. helper.lua_cmd("spec/workers/clock_takeover.lua", server:url(), key, mode) .. " 2>&1")
+                    if mode == "script" then
+                        assert.matches("^refused locked", out)
+                        assert.is_true(lock:release())
+                    else
+                        assert.matches("^taken %d+", out)
+                        assert.is_true(lock:remaining() > 0, "two holders: legacy mode trusts the clients' clocks")
+                        local _, _, code = lock:release()
+                        assert.equal("not owner", code)
+                    end
+                    client:close()
+                end
+                server:stop()
+            end)
+    end)
+end)
