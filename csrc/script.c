@@ -14,7 +14,6 @@ static redlock_script scripts[] = {
     {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
     {"sem_acquire", REDLOCK_SCRIPT_SEM_ACQUIRE, ""},
     {"sem_release", REDLOCK_SCRIPT_SEM_RELEASE, ""},
-    {"sem_status", REDLOCK_SCRIPT_SEM_STATUS, ""},
     {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
     {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
     {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},

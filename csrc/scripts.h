@@ -292,12 +292,31 @@
     REDLOCK_SCRIPT_SET_TTL("KEYS[1]")                                       \
     "return 1\n"
 
-/* KEYS[1] lock key, KEYS[2] fence counter. Returns {value or false, pttl,
- * counter}: what `redlock status` shows (the counter: the last fence the
- * server gave, for any key), read in one atomic step. */
+/* KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (optional) its waiters
+ * queue. Returns {value or false, pttl, counter, waiters}: what `redlock
+ * status` shows (the counter: the last fence the server gave, for any key;
+ * waiters: how many are queued), read in one atomic step. For a semaphore
+ * the value is {limit, token, ms left, token, ms left, ...} (its unexpired
+ * permits, earliest first); {0} for a key of another type. */
 #define REDLOCK_SCRIPT_STATUS                                               \
-    "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),\n"    \
-    "        tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
+    "local v = redis.pcall('GET', KEYS[1])\n"                               \
+    "local out = {v, redis.call('PTTL', KEYS[1]),\n"                        \
+    "  tonumber(redis.call('GET', KEYS[2]) or '0'),\n"                      \
+    "  KEYS[3] and redis.call('ZCARD', KEYS[3]) or 0}\n"                    \
+    "if type(v) == 'table' then\n"                                          \
+    "  out[1] = {0}\n"                                                      \
+    "  local l = redis.call('TYPE', KEYS[1]).ok == 'zset' and redis.call('ZSCORE', KEYS[1], 'limit')\n" \
+    "  if l then\n"                                                         \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "    out[1][1] = -tonumber(l)\n"                                        \
+    "    local all = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n" \
+    "    for i = 1, #all, 2 do\n"                                           \
+    "      out[1][#out[1] + 1] = all[i]\n"                                  \
+    "      out[1][#out[1] + 1] = tonumber(all[i + 1]) - now\n"              \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "end\n"                                                                 \
+    "return out\n"
 
 /* KEYS[1] fence counter; ARGV[1] a fence. Raises the counter to at least
  * the fence, never lowers it; returns the counter. Redlock writes a lock's
@@ -480,22 +499,6 @@
     "  end\n"                                                               \
     "end\n"                                                                 \
     "return n\n"
-
-/* KEYS[1] a semaphore's key, KEYS[2] its waiters queue, KEYS[3] the fence
- * counter: {limit or 0, {token, ms left}..., waiters, counter} for `redlock
- * status`, read in one step (expired permits are not shown). */
-#define REDLOCK_SCRIPT_SEM_STATUS                                           \
-    REDLOCK_SCRIPT_NOW                                                      \
-    "local out = {0, {}, redis.call('ZCARD', KEYS[2]),\n"                   \
-    "  tonumber(redis.call('GET', KEYS[3]) or '0')}\n"                      \
-    "if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return out end\n"     \
-    "local l = redis.call('ZSCORE', KEYS[1], 'limit')\n"                    \
-    "out[1] = l and -tonumber(l) or 0\n"                                    \
-    "local all = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n" \
-    "for i = 1, #all, 2 do\n"                                               \
-    "  out[2][#out[2] + 1] = {all[i], tonumber(all[i + 1]) - now}\n"        \
-    "end\n"                                                                 \
-    "return out\n"
 
 typedef struct {
     const char *name;

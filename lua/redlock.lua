@@ -9,7 +9,9 @@
 -- Misuse (wrong types, bad options) raises. Run-time outcomes return
 -- `nil, message, code`, code one of: locked, timeout, not owner, no quorum,
 -- replicas (fewer replicas than opts.replicas acknowledged the lock's
--- write), connection, server, closed; the message starts with the code word.
+-- write), misuse (the key is held as another kind of lock: a semaphore of
+-- another limit, a semaphore's key taken as a single lock), connection,
+-- server, closed; the message starts with the code word.
 -- @module redlock
 local core = require "redlock.core"
 local cosocket = require "redlock.cosocket"

@@ -141,14 +141,4 @@ function _M.strategy(limit)
     return s
 end
 
---- What `redlock status` shows of a semaphore: limit (0: none), a list of
--- {token, ms left}, how many wait, the fence counter; or nil, err, code.
-function _M.status(server, key)
-    local r, err, code = server:eval("sem_status", 3, key, waiters_key(key),
-        fence_counter(key, server.slot_fences))
-    if r == nil then return nil, err, code end
-    if type(r) ~= "table" then return nil, "server: unexpected reply to sem_status", "server" end
-    return r[1], r[2], r[3], r[4]
-end
-
 return _M
