@@ -25,7 +25,7 @@ local options = require "redlock.options"
 local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
 local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
     notify.waiters_key, notify.data_key, notify.handoff_key, notify.wake_key, notify.handoff_prefix
-local format, select, type, error, tostring = string.format, select, type, error, tostring
+local format, type, error, tostring = string.format, type, error, tostring
 
 local _M = {}
 
@@ -80,7 +80,7 @@ end
 
 -- With replica acknowledgement: the script and WAIT in one write; a permit
 -- taken but not acknowledged is given back (fail closed).
-local function acquire_acked(server, key, limit, rep, nkeys, ...)
+local function acquire_acked(server, key, token, limit, rep, nkeys, ...)
     local conn = server.conn
     local acked, fsynced, taken, v, at = conn:eval_wait("sem_acquire", rep.replicas, rep.replica_timeout,
         rep.aof, nkeys, ...)
@@ -89,7 +89,6 @@ local function acquire_acked(server, key, limit, rep, nkeys, ...)
             rep.aof, nkeys, ...)
     end
     if acked == nil then return nil, fsynced, taken end
-    local token = select(1, ...)
     local wrote = taken == 1 and v ~= nil
     if acked ~= false and not wrote then return answer(server, key, limit, taken, v, at) end
     local msg, code
@@ -118,7 +117,7 @@ function _M.strategy(limit)
         local hkey = handoff_key(key, token)
         local ok, v, code
         if rep then
-            ok, v, code = acquire_acked(server, key, limit, rep, 5, key, waiters_key(key), data_key(key), hkey,
+            ok, v, code = acquire_acked(server, key, token, limit, rep, 5, key, waiters_key(key), data_key(key), hkey,
                 fence_counter(key, server.slot_fences), token, ms_string(ttl), limit_s, waiting or "0",
                 rep and "w" or how, fenced)
         else
