@@ -785,7 +785,8 @@ end
 
 function Lock:__tostring()
     if self.keys then
-        return format("redlock.lock (%s, a group%s)", show_key(self.keys), self.released and ", released" or "")
+        return format("redlock.lock (%s, a group%s)", show_key(self.keys),
+            self.released and ", released" or "")
     end
     return format("redlock.lock (%s, fence %s%s)", show_key(self.key), tostring(self.fence),
         self.released and ", released" or "")

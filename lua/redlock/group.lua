@@ -111,8 +111,9 @@ local function release_step(server, step, token)
     local args = with_queues(step, token)
     local r, err, code = server:eval("group_release", step.n * 2, unpack(args, 1, args.n))
     if r == nil then return nil, err, code end
-    if type(r) ~= "table" then return nil, format("server: %s: unexpected reply to group_release", server.name),
-        "server" end
+    if type(r) ~= "table" then
+        return nil, format("server: %s: unexpected reply to group_release", server.name), "server"
+    end
     -- keys somebody waits for: the single lock's release hands them on
     for i = 2, #r do
         local ok, e, c = scripted.release_waking(server, step[r[i]], token)
@@ -166,7 +167,8 @@ function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
         if acked == nil then
             fail, err, code = true, fsynced, r
         elseif type(r) ~= "table" then
-            fail, err, code = true, format("server: %s: unexpected reply to group_acquire", server.name), "server"
+            fail, err = true, format("server: %s: unexpected reply to group_acquire", server.name)
+            code = "server"
         elseif r[1] == 0 then
             roll_back(server, list, j, token)
             return false, r[2], server:where()
@@ -219,8 +221,8 @@ function _M.strategy.extend(client, keys, token, ttl, rep)
         local n, err, code
         if rep then
             local acked, fsynced
-            acked, fsynced, n = server.conn:eval_wait("group_extend", rep.replicas, rep.replica_timeout, rep.aof,
-                step.n, keys_then(step, token, ttl_s))
+            acked, fsynced, n = server.conn:eval_wait("group_extend", rep.replicas, rep.replica_timeout,
+                rep.aof, step.n, keys_then(step, token, ttl_s))
             if acked == nil then return server:noted(nil, fsynced, n) end
             if n ~= step.n then return false, server:where() end
             local msg

@@ -117,9 +117,10 @@ function _M.strategy(limit)
         local hkey = handoff_key(key, token)
         local ok, v, code
         if rep then
-            ok, v, code = acquire_acked(server, key, token, limit, rep, 5, key, waiters_key(key), data_key(key), hkey,
-                fence_counter(key, server.slot_fences), token, ms_string(ttl), limit_s, waiting or "0",
-                rep and "w" or how, fenced)
+            -- (a permit that waits for replicas is never handed over: woken)
+            ok, v, code = acquire_acked(server, key, token, limit, rep, 5, key, waiters_key(key),
+                data_key(key), hkey, fence_counter(key, server.slot_fences), token, ms_string(ttl), limit_s,
+                waiting or "0", "w", fenced)
         else
             ok, v, code = answer(server, key, limit, eval_values(server.conn, "sem_acquire", 5, key,
                 waiters_key(key), data_key(key), hkey, fence_counter(key, server.slot_fences), token,

@@ -2,8 +2,8 @@
 -- unpacking and jitter. Internal.
 local core = require "redlock.core"
 
-local byte, format, find, sub, concat, type = string.byte, string.format, string.find, string.sub, table.concat,
-    type
+local byte, format, find, sub = string.byte, string.format, string.find, string.sub
+local concat, type = table.concat, type
 local random_bytes, keyslot, slot_tag = core.random_bytes, core.keyslot, core.slot_tag
 
 local _M = {}

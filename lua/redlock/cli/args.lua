@@ -240,12 +240,10 @@ function _M.parse(args, getenv)
     local kind = COMMANDS[command]
     if not kind then usage("unknown command '%s'", command) end
     -- the keys: KEY, or every --key (a group lock of them when several)
-    local keys, w = raw.key, 3
+    local keys, w = raw.key, 2
     if #keys == 0 then
         keys, w = { pos[2] }, 3
         if keys[1] == nil then usage("%s: missing KEY", command) end
-    else
-        w = 2
     end
     local seen = {}
     for _, k in ipairs(keys) do
