@@ -14,6 +14,8 @@ static redlock_script scripts[] = {
     {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
     {"sem_acquire", REDLOCK_SCRIPT_SEM_ACQUIRE, ""},
     {"sem_release", REDLOCK_SCRIPT_SEM_RELEASE, ""},
+    {"rw_read", REDLOCK_SCRIPT_RW_READ, ""},
+    {"rw_release_read", REDLOCK_SCRIPT_RW_RELEASE_READ, ""},
     {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
     {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
     {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},

@@ -58,22 +58,28 @@
     "  redis.call('PEXPIRE', " key ", math.max(1, tonumber(top[2]) - now))\n" \
     "end\n"
 
-/* A key that is not a string is no single lock: {2, limit} (limit 0: not
- * a semaphore either, e.g. another application's hash), which the caller
- * reports as misuse, instead of Redis' WRONGTYPE. `var` holds
- * redis.pcall('GET', key). */
-#define REDLOCK_SCRIPT_NOT_A_LOCK(var, key)                                 \
+/* A key that is not a string is no single lock. Readers (a sorted set
+ * with the member "shared", see RW_READ) hold it: `var` becomes "" (held
+ * by another) for a writer to wait. Anything else answers {2, limit}
+ * (limit 0: not a semaphore either, e.g. another application's hash),
+ * which the caller reports as misuse, instead of Redis' WRONGTYPE. `var`
+ * holds redis.pcall('GET', key); `extra` is appended to the answer. */
+#define REDLOCK_SCRIPT_NOT_A_LOCK(var, key, extra)                          \
     "if type(" var ") == 'table' then\n"                                    \
-    "  local l = redis.pcall('ZSCORE', " key ", 'limit')\n"                 \
-    "  return {2, type(l) == 'string' and -tonumber(l) or 0}\n"             \
+    "  if redis.pcall('ZSCORE', " key ", 'shared') == '-1' then " var " = ''\n" \
+    "  else\n"                                                              \
+    "    local l = redis.pcall('ZSCORE', " key ", 'limit')\n"               \
+    "    return {2, type(l) == 'string' and -tonumber(l) or 0" extra "}\n"  \
+    "  end\n"                                                               \
     "end\n"
 
 /* A refused waiter joins the waiters queue (KEYS[2]) with its data
  * (KEYS[3]) and empties its hand-off list (KEYS[4]), as ACQUIRE below
  * describes; `now`, `t` (TIME), `pttl` (the holder's), `counter` set;
  * ARGV[1] token, ARGV[2] ttl, `span` the waiter's ARGV of the next
- * block, `how` its "h" or "w". Answers {0, pttl, now}. */
-#define REDLOCK_SCRIPT_JOIN_QUEUE(span_arg, how_arg)                        \
+ * block, `how` its "h" or "w", `mark` what its data ends with (" r": a
+ * reader, see RW_READ). Answers {0, pttl, now}. */
+#define REDLOCK_SCRIPT_JOIN_QUEUE(span_arg, how_arg, mark)                  \
     "redis.call('DEL', KEYS[4])\n"                                          \
     "local span = tonumber(" span_arg ")\n"                                 \
     "if pttl >= 0 and pttl + 1 < span then span = pttl + 1 end\n"           \
@@ -81,7 +87,7 @@
     "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"                  \
     "  redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
     "end\n"                                                                 \
-    "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
+    "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d" mark "', now + span,\n" \
     "  " how_arg " == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"       \
     "for i = 2, 3 do\n"                                                     \
     "  if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
@@ -129,7 +135,7 @@
     "local counter = (n == 2 or n == 5) and KEYS[n]\n"                      \
     "local waiting = n >= 4\n"                                              \
     "local cur = redis.pcall('GET', KEYS[1])\n"                             \
-    REDLOCK_SCRIPT_NOT_A_LOCK("cur", "KEYS[1]")                             \
+    REDLOCK_SCRIPT_NOT_A_LOCK("cur", "KEYS[1]", "")                         \
     "if cur and cur ~= ARGV[1] then\n"                                      \
     "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
     "  if not waiting then return {0, pttl} end\n"                          \
@@ -169,6 +175,87 @@
     "  redis.call('DEL', KEYS[4])\n"                                        \
     "end\n"                                                                 \
     "return {1, fence(counter)}\n"
+
+/* The key KEYS[1] given up by its holder (a single lock, a writer, the
+ * last reader) goes to the front of the waiters queue (KEYS[2], data
+ * KEYS[3], wake-up list KEYS[4], fence counter KEYS[5]; ARGV[2] the
+ * hand-off lists' prefix), in the same step; `seeded` and `fence` from
+ * REDLOCK_SCRIPT_FENCE_FUNCTION. Waiters that no longer count as waiting
+ * are dropped on the way. A writer (or single-lock) waiter that blocks on
+ * its hand-off list gets the key: SET key <its token> PX <its ttl>, a new
+ * fence when it asked for one, "fence server-ms" pushed to its list. Live
+ * readers at the front (data ending " r", see RW_READ) are let in
+ * together: the key becomes a readers set (member "shared", and each
+ * reader's token with its expiry), each reader handed "fence server-ms",
+ * up to the first waiter that is not such a reader (a writer waits for
+ * them). A waiter that is only woken, or a server without TIME: the key
+ * is deleted and the wake-up list holds one element for 1 s (see RELEASE),
+ * and the key is published on "redlock:wake". Answers 1 (deleted, nobody
+ * served), 3 (handed over or woken). */
+#define REDLOCK_SCRIPT_SERVE_QUEUE                                          \
+    "local wake = not seeded\n"                                             \
+    "local function waiter()\n"                                             \
+    "  local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"              \
+    "  if not front then return nil end\n"                                  \
+    "  local d = redis.call('HGET', KEYS[3], front)\n"                      \
+    "  local alive, ttl, fenced, rd\n"                                      \
+    "  if d then alive, ttl, fenced, rd = string.match(d, '^(%d+) (%d+) (%d)( ?r?)$') end\n" \
+    "  return front, alive, ttl, fenced, rd == ' r'\n"                      \
+    "end\n"                                                                 \
+    "local function leave(front)\n"                                         \
+    "  redis.call('ZREM', KEYS[2], front)\n"                                \
+    "  redis.call('HDEL', KEYS[3], front)\n"                                \
+    "end\n"                                                                 \
+    "local function hand(front, ttl, fenced, now)\n"                        \
+    "  local f = fence(fenced == '1' and KEYS[5])\n"                        \
+    "  local list = ARGV[2] .. front\n"                                     \
+    "  local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
+    "  if type(pushed) ~= 'number' then return false end\n"                 \
+    "  redis.call('PEXPIRE', list, ttl)\n"                                  \
+    "  return true\n"                                                       \
+    "end\n"                                                                 \
+    "if seeded then\n"                                                      \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "  local admitted = 0\n"                                                \
+    "  while true do\n"                                                     \
+    "    local front, alive, ttl, fenced, reader = waiter()\n"              \
+    "    if not front then break end\n"                                     \
+    "    if not alive then wake = true end\n"                               \
+    "    if alive and tonumber(alive) >= now then\n"                        \
+    "      if ttl == '0' or (admitted > 0 and not reader) then\n"           \
+    "        wake = wake or (ttl == '0' and (reader or admitted == 0))\n"   \
+    "        break\n"                                                       \
+    "      end\n"                                                           \
+    "      if reader then\n"                                                \
+    "        if admitted == 0 then\n"                                       \
+    "          redis.call('DEL', KEYS[1])\n"                                \
+    "          redis.call('ZADD', KEYS[1], -1, 'shared')\n"                 \
+    "        end\n"                                                         \
+    "        if not hand(front, ttl, fenced, now) then wake = true break end\n" \
+    "        redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ttl)), front)\n" \
+    "        admitted = admitted + 1\n"                                     \
+    "      else\n"                                                          \
+    "        if not hand(front, ttl, fenced, now) then wake = true break end\n" \
+    "        redis.call('SET', KEYS[1], front, 'PX', ttl)\n"                \
+    "        leave(front)\n"                                                \
+    "        return 3\n"                                                    \
+    "      end\n"                                                           \
+    "    end\n"                                                             \
+    "    leave(front)\n"                                                    \
+    "  end\n"                                                               \
+    "  if admitted > 0 then\n"                                              \
+    REDLOCK_SCRIPT_SET_TTL("KEYS[1]")                                       \
+    "  end\n"                                                               \
+    "  if admitted > 0 and not wake then return 3 end\n"                    \
+    "  if admitted == 0 then redis.call('DEL', KEYS[1]) end\n"              \
+    "else\n"                                                                \
+    "  redis.call('DEL', KEYS[1])\n"                                        \
+    "end\n"                                                                 \
+    "if not wake then return 1 end\n"                                       \
+    "if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('RPUSH', KEYS[4], '1') end\n" \
+    "redis.call('PEXPIRE', KEYS[4], 1000)\n"                                \
+    "redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                      \
+    "return 3\n"
 
 /* KEYS[1] lock key, then either KEYS[2] the waiters queue, or KEYS[2] the
  * waiters queue, KEYS[3] the waiters' data, KEYS[4] the wake-up list,
@@ -219,39 +306,7 @@
     "end\n"                                                                 \
     "if not KEYS[3] then return 2 end\n"                                    \
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
-    "local wake = not seeded\n"                                             \
-    "if seeded then\n"                                                      \
-    "  local t = redis.call('TIME')\n"                                      \
-    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-    "  while true do\n"                                                     \
-    "    local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"            \
-    "    if not front then break end\n"                                     \
-    "    local d = redis.call('HGET', KEYS[3], front)\n"                    \
-    "    local alive, ttl, fenced\n"                                        \
-    "    if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d)$') end\n" \
-    "    if not alive then wake = true end\n"                               \
-    "    if alive and tonumber(alive) >= now then\n"                        \
-    "      if ttl == '0' then wake = true break end\n"                      \
-    "      local f = fence(fenced == '1' and KEYS[5])\n"                    \
-    "      local list = ARGV[2] .. front\n"                                 \
-    "      local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
-    "      if type(pushed) ~= 'number' then wake = true break end\n"        \
-    "      redis.call('PEXPIRE', list, ttl)\n"                              \
-    "      redis.call('SET', KEYS[1], front, 'PX', ttl)\n"                  \
-    "      redis.call('ZREM', KEYS[2], front)\n"                            \
-    "      redis.call('HDEL', KEYS[3], front)\n"                            \
-    "      return 3\n"                                                      \
-    "    end\n"                                                             \
-    "    redis.call('ZREM', KEYS[2], front)\n"                              \
-    "    redis.call('HDEL', KEYS[3], front)\n"                              \
-    "  end\n"                                                               \
-    "end\n"                                                                 \
-    "redis.call('DEL', KEYS[1])\n"                                          \
-    "if not wake then return 1 end\n"                                       \
-    "if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('RPUSH', KEYS[4], '1') end\n" \
-    "redis.call('PEXPIRE', KEYS[4], 1000)\n"                                \
-    "redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                      \
-    "return 3\n"
+    REDLOCK_SCRIPT_SERVE_QUEUE
 
 /* KEYS[1] lock key, KEYS[2] the waiters queue, KEYS[3] the waiters' data,
  * KEYS[4] the caller's hand-off list; ARGV[1] token. A waiter that gives
@@ -383,7 +438,7 @@
     "local first = redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')\n"         \
     "local pttl = first[2] and math.max(0, tonumber(first[2]) - now) or 0\n" \
     "if ARGV[4] == '0' then return {0, pttl} end\n"                         \
-    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]")
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]", "")
 
 /* Gives a permit back. KEYS[1] the key, KEYS[2] the waiters queue, KEYS[3]
  * the waiters' data, KEYS[4] the wake-up list, KEYS[5] the fence counter;
@@ -446,9 +501,10 @@
  * the keys (one server, or one Cluster slot), then the fence counter when
  * one is asked for; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] n.
  * Answers {1, fence of key 1, ..., fence of key n} (fences 0 without a
- * counter), {0, pttl, i} (key i is held by another token: nothing was
- * written), {2, M, i} (misuse: key i is a semaphore of limit M, or M = 0
- * not a lock at all). Every key is read before any is written. */
+ * counter), {0, pttl, i} (key i is held by another token, or by readers:
+ * nothing was written), {2, M, i} (misuse: key i is a semaphore of limit
+ * M, or M = 0 not a lock at all). Every key is read before any is
+ * written. */
 #define REDLOCK_SCRIPT_GROUP_ACQUIRE                                        \
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
     "local n = tonumber(ARGV[3])\n"                                         \
@@ -456,10 +512,7 @@
     "local mine = {}\n"                                                     \
     "for i = 1, n do\n"                                                     \
     "  local v = redis.pcall('GET', KEYS[i])\n"                             \
-    "  if type(v) == 'table' then\n"                                        \
-    "    local l = redis.pcall('ZSCORE', KEYS[i], 'limit')\n"               \
-    "    return {2, type(l) == 'string' and -tonumber(l) or 0, i}\n"        \
-    "  end\n"                                                               \
+    REDLOCK_SCRIPT_NOT_A_LOCK("v", "KEYS[i]", ", i")                        \
     "  if v and v ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[i]), i} end\n" \
     "  mine[i] = v\n"                                                       \
     "end\n"                                                                 \
@@ -499,6 +552,98 @@
     "  end\n"                                                               \
     "end\n"                                                                 \
     "return n\n"
+
+/* Readers and writers (opts.shared = true for a reader). A writer is a
+ * single lock (ACQUIRE, RELEASE: SET key <token> PX ttl). Readers hold the
+ * key as a sorted set: member "shared" with score -1, and each reader's
+ * token with its expiry (server ms); the key's PEXPIRE is the latest
+ * reader's expiry, so while any reader holds, the key exists (a plain SET
+ * NX fails, and ACQUIRE sees it held: its writer waits in the queue).
+ * Waiting readers are in the same waiters queue as writers, their data
+ * ending " r"; a writer waiting there keeps every reader that comes after
+ * it out, and the release that frees the key lets the readers at the
+ * front in together (REDLOCK_SCRIPT_SERVE_QUEUE).
+ *
+ * RW_READ: KEYS[1] key, KEYS[2] waiters queue, KEYS[3] their data,
+ * KEYS[4] the caller's hand-off list, KEYS[5] fence counter; ARGV[1]
+ * token, ARGV[2] ttl ms, ARGV[3] "0" for a caller that does not wait,
+ * else the ms of its next block, ARGV[4] "h" or "w", ARGV[5] "1" for a
+ * fence. Answers {1, fence}, {0, pttl[, server ms]} (a writer holds it,
+ * or waits before us in the queue), {2, M} (misuse: a semaphore of limit
+ * M, or another value). A reader is let in when the key is free or held
+ * by readers, and no live writer waits before it in the queue. */
+#define REDLOCK_SCRIPT_RW_READ                                              \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "if not seeded then return redis.error_reply('readers need Redis 3.2 or later') end\n" \
+    "local key, ttl = KEYS[1], tonumber(ARGV[2])\n"                         \
+    "local counter = ARGV[5] == '1' and KEYS[5]\n"                          \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "local kind, pttl = redis.call('TYPE', key).ok, nil\n"                  \
+    "if kind == 'string' then pttl = redis.call('PTTL', key)\n"             \
+    "elseif kind == 'zset' then\n"                                          \
+    "  if not redis.call('ZSCORE', key, 'shared') then\n"                   \
+    "    local l = redis.call('ZSCORE', key, 'limit')\n"                    \
+    "    return {2, l and -tonumber(l) or 0}\n"                             \
+    "  end\n"                                                               \
+    "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
+    "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key) kind = 'none' end\n" \
+    "elseif kind ~= 'none' then return {2, 0} end\n"                        \
+    "local function grant()\n"                                              \
+    "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -1, 'shared') end\n" \
+    "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
+    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
+    "  return {1, fence(counter)}\n"                                        \
+    "end\n"                                                                 \
+    "if kind == 'zset' and redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n" \
+    "if not pttl then\n"                                                    \
+    "  local i, writer = 0, false\n"                                        \
+    "  while true do\n"                                                     \
+    "    local m = redis.call('ZRANGE', KEYS[2], i, i)[1]\n"                \
+    "    if not m or m == ARGV[1] then break end\n"                         \
+    "    local d = redis.call('HGET', KEYS[3], m)\n"                        \
+    "    local alive, rd\n"                                                 \
+    "    if d then alive, rd = string.match(d, '^(%d+) %d+ %d( ?r?)$') end\n" \
+    "    if not alive or tonumber(alive) < now then\n"                      \
+    "      redis.call('ZREM', KEYS[2], m)\n"                                \
+    "      redis.call('HDEL', KEYS[3], m)\n"                                \
+    "    elseif rd ~= ' r' then writer = true break\n"                      \
+    "    else i = i + 1 end\n"                                              \
+    "  end\n"                                                               \
+    "  if not writer then return grant() end\n"                             \
+    "  pttl = kind == 'zset' and redis.call('PTTL', key) or 1000\n"          \
+    "end\n"                                                                 \
+    "if ARGV[3] == '0' then return {0, pttl} end\n"                         \
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[3]", "ARGV[4]", " r")
+
+/* A reader leaves. KEYS[1] key, KEYS[2] waiters queue, KEYS[3] their data,
+ * KEYS[4] the wake-up list, KEYS[5] fence counter; ARGV[1] token, ARGV[2]
+ * the hand-off lists' prefix. Answers 0 (not ours: no unexpired reader of
+ * that token), 1 (left), 3 (left last, and the key went to the waiters:
+ * REDLOCK_SCRIPT_SERVE_QUEUE, so a waiting writer gets it in this step).
+ * While other readers hold, the key's PEXPIRE follows the latest. */
+#define REDLOCK_SCRIPT_RW_RELEASE_READ                                      \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "if not seeded then return 0 end\n"                                     \
+    "local key = KEYS[1]\n"                                                 \
+    "if redis.call('TYPE', key).ok ~= 'zset' or not redis.call('ZSCORE', key, 'shared') then return 0 end\n" \
+    "do\n"                                                                  \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
+    "  local s = redis.call('ZSCORE', key, ARGV[1])\n"                      \
+    "  if not s or tonumber(s) <= 0 then\n"                                 \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "    return 0\n"                                                        \
+    "  end\n"                                                               \
+    "  redis.call('ZREM', key, ARGV[1])\n"                                  \
+    "  if redis.call('ZCARD', key) > 1 then\n"                              \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "    return 1\n"                                                        \
+    "  end\n"                                                               \
+    "end\n"                                                                 \
+    REDLOCK_SCRIPT_SERVE_QUEUE
 
 typedef struct {
     const char *name;

@@ -28,6 +28,7 @@ local events = require "redlock.events"
 local eviction = require "redlock.eviction"
 local semaphore = require "redlock.semaphore"
 local group = require "redlock.group"
+local shared = require "redlock.shared"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
@@ -140,14 +141,17 @@ local function call_opts(client, fname, opts)
     return o
 end
 
--- The options of a call that takes a permit (opts.limit) or a group lock
--- (a list of keys): a copy of o with o.kind, the strategy that takes,
--- releases and extends it (redlock.semaphore, redlock.group). Raises where
--- this client cannot keep that kind's guarantees.
+-- The options of a call that takes a permit (opts.limit), a read lock
+-- (opts.shared) or a group lock (a list of keys): a copy of o with o.kind,
+-- the strategy that takes, releases and extends it (redlock.semaphore,
+-- redlock.shared, redlock.group). Raises where this client cannot keep that
+-- kind's guarantees.
 local function kind_opts(client, fname, key, o)
-    local what = o.limit and "a semaphore (limit)" or "a group lock (a list of keys)"
+    local what = o.limit and "a semaphore (limit)" or o.shared and "a read lock (shared)"
+        or "a group lock (a list of keys)"
     local function refuse(why) error(format("bad argument to '%s' (%s %s)", fname, what, why), 3) end
-    if o.limit and type(key) == "table" then refuse("of several keys: limit takes one key") end
+    if o.limit and o.shared then refuse("cannot be shared too: readers have no limit") end
+    if (o.limit or o.shared) and type(key) == "table" then refuse("of several keys: it takes one key") end
     if #client.servers >= 2 then
         if o.limit then
             refuse("over independent masters (Redlock) is refused: N permits on each server do not"
@@ -162,7 +166,7 @@ local function kind_opts(client, fname, key, o)
     local copy = {}
     for k, v in pairs(o) do copy[k] = v end
     copy.rep = replicas.asked(copy) and copy
-    copy.kind = o.limit and semaphore.strategy(o.limit) or group.strategy
+    copy.kind = o.limit and semaphore.strategy(o.limit) or o.shared and shared.strategy or group.strategy
     return copy
 end
 
@@ -256,6 +260,8 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         lock.strategy = kind
         if kind.limit then
             lock.limit = kind.limit
+        elseif kind == shared.strategy then
+            lock.shared = true
         else
             lock.keys, lock.fences, lock.fence = key, lock.fence, nil
         end
@@ -466,7 +472,7 @@ function Client:acquire(key, opts)
         group.check("acquire", key)
     end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
-    if o.limit or type(key) == "table" then o = kind_opts(self, "acquire", key, o) end
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -483,7 +489,7 @@ function Client:try_acquire(key, opts)
         group.check("try_acquire", key)
     end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
-    if o.limit or type(key) == "table" then o = kind_opts(self, "try_acquire", key, o) end
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "try_acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -533,7 +539,7 @@ function Client:with_lock(key, opts, fn)
             opts == nil and 2 or 3, type(fn)), 2)
     end
     local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
-    if o.limit or type(key) == "table" then o = kind_opts(self, "with_lock", key, o) end
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "with_lock", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end

@@ -43,7 +43,7 @@ end
 function _M.misuse(key, m, limit, server)
     local what
     if m == 0 then
-        what = "is not a semaphore (a single lock, a group's key or another value holds it)"
+        what = "is not a semaphore (a single lock, readers, a group's key or another value holds it)"
     elseif limit then
         what = format("is held as a semaphore of limit %d, not %d", m, limit)
     else
@@ -53,7 +53,8 @@ function _M.misuse(key, m, limit, server)
 end
 
 -- The acquire script's answer: true, fence | false, ms | nil, err, code.
-local function answer(server, key, limit, taken, v, at)
+-- what: the script's name; limit: the semaphore's (nil for readers).
+local function answer(server, key, what, limit, taken, v, at)
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
         if at then server.refused_at = at end
@@ -61,8 +62,7 @@ local function answer(server, key, limit, taken, v, at)
     end
     if taken == 2 then return _M.misuse(key, v, limit, server) end
     if taken == nil then return nil, v, at end
-    return nil, format("server: %s: unexpected reply to sem_acquire (%s)", server.name, tostring(taken)),
-        "server"
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)), "server"
 end
 
 local function eval_values(conn, ...)
@@ -71,8 +71,8 @@ local function eval_values(conn, ...)
     return a, b, c
 end
 
-local function release(server, key, token)
-    local r, err, code = server:eval("sem_release", 5, key, waiters_key(key), data_key(key), wake_key(key),
+local function release(server, name, key, token)
+    local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
         fence_counter(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
     return r == 1 or r == 3
@@ -80,64 +80,78 @@ end
 
 -- With replica acknowledgement: the script and WAIT in one write; a permit
 -- taken but not acknowledged is given back (fail closed).
-local function acquire_acked(server, key, token, limit, rep, nkeys, ...)
-    local conn = server.conn
-    local acked, fsynced, taken, v, at = conn:eval_wait("sem_acquire", rep.replicas, rep.replica_timeout,
+local function acquire_acked(server, kind, key, token, rep, nkeys, ...)
+    local conn, name = server.conn, kind.scripts[1]
+    local acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
         rep.aof, nkeys, ...)
     if acked == nil and v then -- a connection the server had dropped: once more
-        acked, fsynced, taken, v, at = conn:eval_wait("sem_acquire", rep.replicas, rep.replica_timeout,
+        acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
             rep.aof, nkeys, ...)
     end
     if acked == nil then return nil, fsynced, taken end
     local wrote = taken == 1 and v ~= nil
-    if acked ~= false and not wrote then return answer(server, key, limit, taken, v, at) end
+    if acked ~= false and not wrote then return answer(server, key, name, kind.limit, taken, v, at) end
     local msg, code
     if acked == false then
         msg, code = replicas.wait_failed(server.name, rep, fsynced)
     else
-        msg, code = replicas.shortfall(server.name, rep, acked, fsynced, "the permit"), "replicas"
+        msg, code = replicas.shortfall(server.name, rep, acked, fsynced, "the " .. kind.what), "replicas"
         if not msg then return true, v, acked end
     end
-    if wrote then return nil, replicas.released(msg, release(server, key, token)), code end
+    if wrote then return nil, replicas.released(msg, release(server, kind.scripts[2], key, token)), code end
     return nil, msg, code
 end
 
-local strategies = {}
-
---- The strategy (as redlock.single's) of a semaphore of `limit` permits.
-function _M.strategy(limit)
-    local s = strategies[limit]
-    if s then return s end
-    local limit_s = format("%d", limit)
-    s = { name = "semaphore", limit = limit }
+--- A strategy (as redlock.single's) for holders kept in the key's sorted
+-- set: name, what ("permit", "read lock"), scripts {acquire, release},
+-- limit (nil for readers: the acquire script then takes no limit
+-- argument). Waiting, giving up and extending are the single lock's.
+function _M.make(name, what, scripts, limit)
+    local s = { name = name, what = what, scripts = scripts, limit = limit }
+    local limit_s = limit and format("%d", limit)
+    local acquire_name, release_name = scripts[1], scripts[2]
+    -- the script's arguments: token, ttl, [limit,] waiting, how, fenced
+    local function args(token, ttl, waiting, how, fenced)
+        if limit_s then return token, ms_string(ttl), limit_s, waiting or "0", how, fenced end
+        return token, ms_string(ttl), waiting or "0", how, fenced
+    end
     function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
         local server = client.servers[1]
-        local how = handoff and not server.no_notify and "h" or "w"
         local fenced = unfenced and "0" or "1"
-        local hkey = handoff_key(key, token)
+        local hkey, fkey = handoff_key(key, token), fence_counter(key, server.slot_fences)
         local ok, v, code
         if rep then
-            -- (a permit that waits for replicas is never handed over: woken)
-            ok, v, code = acquire_acked(server, key, token, limit, rep, 5, key, waiters_key(key),
-                data_key(key), hkey, fence_counter(key, server.slot_fences), token, ms_string(ttl), limit_s,
-                waiting or "0", "w", fenced)
+            -- (a holder that waits for replicas is never handed over: woken)
+            ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key), hkey,
+                fkey, args(token, ttl, waiting, "w", fenced))
         else
-            ok, v, code = answer(server, key, limit, eval_values(server.conn, "sem_acquire", 5, key,
-                waiters_key(key), data_key(key), hkey, fence_counter(key, server.slot_fences), token,
-                ms_string(ttl), limit_s, waiting or "0", how, fenced))
+            local how = handoff and not server.no_notify and "h" or "w"
+            ok, v, code = answer(server, key, acquire_name, limit, eval_values(server.conn, acquire_name, 5, key,
+                waiters_key(key), data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced)))
         end
         if code == "misuse" then return nil, v, code end
         return single.acquired(server, ok, v, code)
     end
     function s.release(client, key, token)
         local server = client.servers[1]
-        return single.released(server, release(server, key, token))
+        return single.released(server, release(server, release_name, key, token))
     end
-    -- one extend script for locks and permits (csrc/scripts.h EXTEND)
+    -- one extend script for locks, permits and readers (csrc/scripts.h EXTEND)
     s.extend = single.extend
     s.give_up = single.give_up
     s.wait = single.wait
-    strategies[limit] = s
+    return s
+end
+
+local strategies = {}
+
+--- The strategy of a semaphore of `limit` permits.
+function _M.strategy(limit)
+    local s = strategies[limit]
+    if not s then
+        s = _M.make("semaphore", "permit", { "sem_acquire", "sem_release" }, limit)
+        strategies[limit] = s
+    end
     return s
 end
 
