@@ -6,13 +6,6 @@
 local helper = require "helper"
 local core = require "redlock.core"
 
-local function read_out(w)
-    local f = io.open(w.dir .. "/out")
-    local s = f and f:read("*a") or ""
-    if f then f:close() end
-    return s
-end
-
 describe("readers and writers (shared = true)", function()
     local server, client, data
     setup(function() server, client, data = helper.single_server() end)

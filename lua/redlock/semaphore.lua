@@ -62,7 +62,8 @@ local function answer(server, key, what, limit, taken, v, at)
     end
     if taken == 2 then return _M.misuse(key, v, limit, server) end
     if taken == nil then return nil, v, at end
-    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)), "server"
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)),
+        "server"
 end
 
 local function eval_values(conn, ...)
@@ -122,12 +123,12 @@ function _M.make(name, what, scripts, limit)
         local ok, v, code
         if rep then
             -- (a holder that waits for replicas is never handed over: woken)
-            ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key), hkey,
-                fkey, args(token, ttl, waiting, "w", fenced))
+            ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key),
+                hkey, fkey, args(token, ttl, waiting, "w", fenced))
         else
             local how = handoff and not server.no_notify and "h" or "w"
-            ok, v, code = answer(server, key, acquire_name, limit, eval_values(server.conn, acquire_name, 5, key,
-                waiters_key(key), data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced)))
+            ok, v, code = answer(server, key, acquire_name, limit, eval_values(server.conn, acquire_name, 5,
+                key, waiters_key(key), data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced)))
         end
         if code == "misuse" then return nil, v, code end
         return single.acquired(server, ok, v, code)
