@@ -352,7 +352,8 @@
  * status` shows (the counter: the last fence the server gave, for any key;
  * waiters: how many are queued), read in one atomic step. For a semaphore
  * the value is {limit, token, ms left, token, ms left, ...} (its unexpired
- * permits, earliest first); {0} for a key of another type. */
+ * permits, earliest first), for readers the same with -1 for the limit;
+ * {0} for a key of another type. */
 #define REDLOCK_SCRIPT_STATUS                                               \
     "local v = redis.pcall('GET', KEYS[1])\n"                               \
     "local out = {v, redis.call('PTTL', KEYS[1]),\n"                        \
@@ -360,10 +361,11 @@
     "  KEYS[3] and redis.call('ZCARD', KEYS[3]) or 0}\n"                    \
     "if type(v) == 'table' then\n"                                          \
     "  out[1] = {0}\n"                                                      \
-    "  local l = redis.call('TYPE', KEYS[1]).ok == 'zset' and redis.call('ZSCORE', KEYS[1], 'limit')\n" \
+    "  local z = redis.call('TYPE', KEYS[1]).ok == 'zset'\n"                 \
+    "  local l = z and (redis.call('ZSCORE', KEYS[1], 'limit') or redis.call('ZSCORE', KEYS[1], 'shared'))\n" \
     "  if l then\n"                                                         \
     REDLOCK_SCRIPT_NOW                                                      \
-    "    out[1][1] = -tonumber(l)\n"                                        \
+    "    out[1][1] = l == '-1' and redis.call('ZSCORE', KEYS[1], 'shared') and -1 or -tonumber(l)\n" \
     "    local all = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n" \
     "    for i = 1, #all, 2 do\n"                                           \
     "      out[1][#out[1] + 1] = all[i]\n"                                  \

@@ -48,6 +48,29 @@ describe("redlock command: --limit and --key", function()
         assert.equal(1, status)
     end)
 
+    it("--shared: readers run together, a writer alone; status shows the readers", function()
+        local key = helper.key("rw")
+        local readers = {}
+        for i = 1, 2 do readers[i] = bg("run", "--shared", key, "--", "sleep", "1") end
+        assert(helper.eventually(10000, function() return data:command("ZCARD", key) == 3 end))
+        local writer = bg("run", "--wait", "20s", key, "--", "sh", "-c", 'echo "writer $REDLOCK_FENCE"')
+        assert(helper.eventually(10000, function()
+            return data:command("ZCARD", "{" .. key .. "}:waiters") == 1
+        end), "the writer waits")
+        local status, out = run("status", key)
+        assert.equal(0, status, out)
+        assert.matches("readers server=%S+ held=2 waiters=1 fence=%d+", out)
+        -- a later reader stays out while the writer waits
+        status, out = run("try", "--shared", key, "--", "true")
+        assert.equal(1, status, out)
+        for i = 1, 2 do assert.equal(0, (readers[i]:wait(30000))) end
+        status, out = writer:wait(30000)
+        assert.equal(0, status, out)
+        assert.matches("writer %d+", out)
+        assert.equal(0, data:command("EXISTS", key))
+        assert.equal(64, (run("run", "--shared", "--limit", "2", key, "--", "true")))
+    end)
+
     it("--key a --key b: a group lock; CMD sees its keys and fences; a single lock of a key is refused",
         function()
             local a, b = helper.key("a"), helper.key("b")

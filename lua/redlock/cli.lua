@@ -13,6 +13,7 @@ local run_mod = require "redlock.cli.run"
 local scripted = require "redlock.scripted"
 local semaphore = require "redlock.semaphore"
 local group = require "redlock.group"
+local shared = require "redlock.shared"
 local notify = require "redlock.notify"
 
 local format, match, find, gsub, sub = string.format, string.match, string.find, string.gsub, string.sub
@@ -44,7 +45,7 @@ Commands:
            and print its token (it lasts --ttl unless extended or released)
   acquire  wait up to --wait, take the lock and print its token
   status   whether KEY is held: token prefix, remaining ms, fence, waiters;
-           a semaphore's permits, each with its remaining ms
+           a semaphore's permits and readers, each with its remaining ms
   release  release KEY if TOKEN still holds it
   extend   give KEY a new --ttl if TOKEN still holds it
 
@@ -62,6 +63,9 @@ Options ([VARIABLE]: the same from the environment; options win):
   -m, --mode MODE    auto, script or legacy (default auto) [REDLOCK_MODE]
       --limit N      a counting semaphore: at most N holders of KEY at
                      once, each with a permit of its own [REDLOCK_LIMIT]
+      --shared       a reader: readers of KEY hold it together, a writer
+                     (without --shared) alone; a waiting writer keeps
+                     later readers out [REDLOCK_SHARED=1]
       --key KEY      a key of a group lock: repeat it for each key, all
                      taken at once or none (no deadlock, whatever the
                      order); replaces the KEY word
@@ -159,7 +163,8 @@ end
 
 local function acquire(ctx, once)
     local client, cfg = ctx.client, ctx.cfg
-    local key, opts = cfg.keys or cfg.key, cfg.limit and { limit = cfg.limit } or nil
+    local key, opts = cfg.keys or cfg.key, nil
+    if cfg.limit then opts = { limit = cfg.limit } elseif cfg.shared then opts = { shared = true } end
     if once then return client:try_acquire(key, opts) end
     return client:acquire(key, opts)
 end
@@ -190,8 +195,8 @@ local function by_token(ctx, op)
     local client, cfg = ctx.client, ctx.cfg
     local key = cfg.keys or cfg.key
     local strategy = client.strategy
-    if (cfg.keys or cfg.limit) and #client.servers == 1 then
-        strategy = cfg.keys and group.strategy or semaphore.strategy(cfg.limit)
+    if (cfg.keys or cfg.limit or cfg.shared) and #client.servers == 1 then
+        strategy = cfg.keys and group.strategy or cfg.shared and shared.strategy or semaphore.strategy(cfg.limit)
     end
     local ok, where, word
     if op == "release" then
@@ -242,11 +247,17 @@ local function status_line(server, value, pttl, fence, waiters)
         if value[1] == 0 then
             return format("other server=%s (not a lock: another kind of value)", server.name), true
         end
-        -- a semaphore: its permits, earliest expiry first
-        local lines = { format("permits server=%s limit=%d held=%d%s fence=%s", server.name, value[1],
-            (#value - 1) / 2, tail, tostring(fence)) }
+        -- a semaphore (its permits) or readers, earliest expiry first
+        local lines, each
+        if value[1] == -1 then
+            lines, each = { format("readers server=%s held=%d%s fence=%s", server.name, (#value - 1) / 2, tail,
+                tostring(fence)) }, "reader"
+        else
+            lines, each = { format("permits server=%s limit=%d held=%d%s fence=%s", server.name, value[1],
+                (#value - 1) / 2, tail, tostring(fence)) }, "permit"
+        end
         for i = 2, #value, 2 do
-            lines[#lines + 1] = format("  permit token=%s remaining_ms=%d", printable(sub(value[i], 1, 8)),
+            lines[#lines + 1] = format("  %s token=%s remaining_ms=%d", each, printable(sub(value[i], 1, 8)),
                 value[i + 1])
         end
         return table.concat(lines, "\n"), #value > 1

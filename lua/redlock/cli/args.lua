@@ -35,6 +35,7 @@ local SPECS = {
     ["tls-server-name"] = { nil, "NAME", "REDLOCK_TLS_SERVER_NAME" },
     ["tls-insecure"] = { nil, nil, "REDLOCK_TLS_INSECURE" },
     limit = { nil, "N", "REDLOCK_LIMIT" },
+    shared = { nil, nil, "REDLOCK_SHARED" },
     key = { nil, "KEY" },
     help = { "h" },
     version = { "V" },
@@ -273,6 +274,10 @@ function _M.parse(args, getenv)
         if not n or n < 1 or n > 1000000 then usage("%s: expected 1 to 1000000, got '%s'", lfrom, limit) end
         if cfg.keys then usage("%s: a semaphore has one key, not %d", lfrom, #cfg.keys) end
         cfg.limit = n
+    end
+    cfg.shared = flag(raw, getenv, "shared")
+    if cfg.shared and (cfg.limit or cfg.keys) then
+        usage("--shared takes one key and no --limit")
     end
 
     cfg.ttl = ms_option(raw, getenv, "ttl", 1, MAX_MS)
