@@ -158,6 +158,27 @@ describe("group locks on a Cluster", function()
         for _, c in pairs(conns) do c:close() end
     end)
 
+    it("semaphores and readers on a Cluster: permits, the writer's wait, the hand-off", function()
+        local redlock = require "redlock"
+        local client = redlock.new { servers = { cluster.url }, retry_delay = 5 }
+        local key = helper.key("sem")
+        local p1 = assert(client:acquire(key, { limit = 2 }))
+        local p2 = assert(client:acquire(key, { limit = 2 }))
+        local _, _, code = client:try_acquire(key, { limit = 2 })
+        assert.equal("locked", code)
+        assert(p1:release() and p2:release())
+        local rw = helper.key("rw")
+        local r1 = assert(client:acquire(rw, { shared = true }))
+        local r2 = assert(client:acquire(rw, { shared = true }))
+        assert.is_true(r2.fence > r1.fence)
+        _, _, code = client:try_acquire(rw)
+        assert.equal("locked", code)
+        assert(r1:release() and r2:release())
+        local w = assert(client:acquire(rw))
+        assert(w:release())
+        client:close()
+    end)
+
     it("rolls back the slots already taken when a later slot is held", function()
         local redlock = require "redlock"
         local client = redlock.new { servers = { cluster.url }, retry_delay = 5 }

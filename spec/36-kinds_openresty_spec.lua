@@ -1,4 +1,4 @@
--- Semaphores and group locks inside nginx (Debian's nginx with the Lua
+-- Semaphores, readers and writers, and group locks inside nginx (Debian's nginx with the Lua
 -- module), over cosockets: the same API as plain Lua. Needs the core built
 -- for LuaJIT (`make build-jit`); runs in the Lua 5.4 suite only, as
 -- spec/41 does.
@@ -15,7 +15,8 @@ local SERVER = [[
         location = /sem { content_by_lua_block { require("kinds").sem() } }
         location = /sem_wait { content_by_lua_block { require("kinds").sem_wait() } }
         location = /sem_hold { content_by_lua_block { require("kinds").sem_hold() } }
-        location = /pair { content_by_lua_block { require("kinds").pair() } }]]
+        location = /pair { content_by_lua_block { require("kinds").pair() } }
+        location = /rw { content_by_lua_block { require("kinds").rw() } }]]
 
 describe("semaphores and group locks inside nginx", function()
     if missing then
@@ -82,6 +83,20 @@ describe("semaphores and group locks inside nginx", function()
         assert.equal("released", (holder.wait()))
         assert(helper.eventually(1000, function() return data:command("EXISTS", key) == 1 end))
         assert.equal("taken", (waiter.wait()))
+        assert.same({}, ngx_server:errors())
+    end)
+
+    it("readers and writers over 4 workers: readers overlap, a writer never overlaps anyone", function()
+        local key = helper.key("rw")
+        local most = 0
+        for _, body in ipairs(requests(80, function(i)
+            return "/rw?key=" .. key .. "&role=" .. (i % 8 == 0 and "w" or "r") .. "&ms=15"
+        end)) do
+            assert.not_equal("overlap", body)
+            most = math.max(most, tonumber(body))
+        end
+        assert.is_true(most > 1, "readers never overlapped")
+        assert.equal(0, data:command("EXISTS", key))
         assert.same({}, ngx_server:errors())
     end)
 

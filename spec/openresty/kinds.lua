@@ -63,6 +63,23 @@ function _M.sem_hold()
     ngx.say(ok and "released" or rerr)
 end
 
+--- GET /rw?key=K&role=r|w&ms=MS: with_lock as a reader (role r, shared)
+-- or a writer; inside, INCR its role's counter, check the other's, sleep,
+-- DECR. Answers the readers inside on entry, or "overlap".
+function _M.rw()
+    local key, reader, ms = ngx.var.arg_key, ngx.var.arg_role == "r", tonumber(ngx.var.arg_ms) or 10
+    local ok, v, code = client(5):with_lock(key, { shared = reader }, function()
+        local mine, other = key .. (reader and ":readers" or ":writers"), key .. (reader and ":writers" or ":readers")
+        local n = call("INCR", mine)
+        local bad = (tonumber(call("GET", other)) or 0) > 0 or (not reader and n ~= 1)
+        ngx.sleep(ms / 1000)
+        call("DECR", mine)
+        return bad and "overlap" or n
+    end)
+    if not ok then ngx.status = code == "timeout" and 503 or 502 end
+    ngx.say(tostring(v))
+end
+
 --- GET /pair?a=K1&b=K2: a group lock of the two keys; inside, each key's
 -- counter (K:counter) read, a yield, written + 1.
 function _M.pair()
