@@ -248,14 +248,12 @@ local function status_line(server, value, pttl, fence, waiters)
             return format("other server=%s (not a lock: another kind of value)", server.name), true
         end
         -- a semaphore (its permits) or readers, earliest expiry first
-        local lines, each
-        if value[1] == -1 then
-            lines, each = { format("readers server=%s held=%d%s fence=%s", server.name, (#value - 1) / 2, tail,
-                tostring(fence)) }, "reader"
-        else
-            lines, each = { format("permits server=%s limit=%d held=%d%s fence=%s", server.name, value[1],
-                (#value - 1) / 2, tail, tostring(fence)) }, "permit"
-        end
+        local each = value[1] == -1 and "reader" or "permit"
+        local lines = { each == "reader"
+            and format("readers server=%s held=%d%s fence=%s", server.name, (#value - 1) / 2, tail,
+                tostring(fence))
+            or format("permits server=%s limit=%d held=%d%s fence=%s", server.name, value[1],
+                (#value - 1) / 2, tail, tostring(fence)) }
         for i = 2, #value, 2 do
             lines[#lines + 1] = format("  %s token=%s remaining_ms=%d", each, printable(sub(value[i], 1, 8)),
                 value[i + 1])

@@ -19,6 +19,7 @@ local _M = {}
 
 --- opts.shared: true takes a read lock (a writer is a plain acquire).
 options.CALL.shared = options.checks.boolean
+options.DEFAULTS.shared = false
 
 --- The strategy of a read lock.
 _M.strategy = permits.make("shared", "read lock", { "rw_read", "rw_release_read" }, nil)
