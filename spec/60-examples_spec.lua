@@ -12,6 +12,9 @@ local EXAMPLES = {
     { "examples/metrics.lua", { 'redlock_events_total{app="example",type="acquired"} 4',
         'redlock_wait_ms_count{app="example"} 10', "lock lost: key='example:metrics' reason=gone",
         "1 lost lock logged" } },
+    { "examples/test_pool.lua", { "jobs done 6, most running at once [123]\n", "never more than 3 at once" } },
+    { "examples/cache_readers.lua", { "torn 0", "no reader saw a half%-written cache" } },
+    { "examples/move_stock.lua", { "moves 100, total stock 400", "no move lost" } },
 }
 
 describe("examples", function()
