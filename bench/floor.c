@@ -18,6 +18,16 @@
  *                  the library's): the cycle the library is measured
  *                  against for the server's cost
  *           held   EVALSHA acquire on a key another token holds: refused
+ *           permit a semaphore's cycle (limit 3), as the library sends it:
+ *                  EVALSHA of SEM_ACQUIRE (the key, its waiters queue and
+ *                  data, the caller's hand-off list, the fence counter),
+ *                  then EVALSHA of SEM_RELEASE (the key, queue, data,
+ *                  wake-up list, counter)
+ *           reader a read lock's cycle: RW_READ, then RW_RELEASE_READ, with
+ *                  the same keys
+ *           group  a 2-key group lock's cycle: GROUP_ACQUIRE (KEY, KEY:g2,
+ *                  the counter), then GROUP_RELEASE (the keys and their
+ *                  waiters queues)
  *           legacy legacy mode's cycle (servers without scripting), one
  *                  command per round trip as the library sends them:
  *                  WATCH, GET, MULTI, SETNX "<expiry ms>:<token>", PEXPIRE,
@@ -81,6 +91,8 @@ static redisContext *ctx[MAX_SERVERS];
 static long server_pid[MAX_SERVERS]; /* INFO server process_id */
 static int nservers;
 static char sha_acquire[41], sha_release[41], sha_textbook[41];
+static char sha_sem_acquire[41], sha_sem_release[41], sha_rw_read[41], sha_rw_release[41];
+static char sha_group_acquire[41], sha_group_release[41];
 /* tokens: the pid (once: getpid is a system call) and a counter */
 static unsigned long long token_prefix;
 static int random_tokens;
@@ -288,7 +300,67 @@ static void check_each(redisReply **replies, int type, long long integer, const 
             die(what, "unexpected reply");
 }
 
-typedef enum { CYCLE, SETNX, TEXTBOOK, HELD, LEGACY } mode;
+typedef enum { CYCLE, SETNX, TEXTBOOK, HELD, LEGACY, PERMIT, READER, GROUP } mode;
+
+/* The companion keys of a key without a hash tag, as the library names
+ * them (lua/redlock/util.lua companion_key). */
+static void companion(char *out, size_t size, const char *key, const char *suffix) {
+    if ((size_t)snprintf(out, size, "{%s}%s", key, suffix) >= size)
+        die("key too long", key);
+}
+
+/* A semaphore's or a reader's cycle, or a 2-key group's: the library's
+ * scripts with the library's keys and arguments. */
+static void kind_cycle(mode m, const char *key, const char *fence_key, const char *ttl, const char *token) {
+    redisReply *replies[MAX_SERVERS];
+    char waiters[300], data[300], handoff[340], wake[300], prefix[300], key2[300], waiters2[300];
+    int i;
+    companion(waiters, sizeof waiters, key, ":waiters");
+    companion(data, sizeof data, key, ":waiting");
+    companion(wake, sizeof wake, key, ":wake");
+    companion(prefix, sizeof prefix, key, ":handoff:");
+    if ((size_t)snprintf(handoff, sizeof handoff, "%s%s", prefix, token) >= sizeof handoff)
+        die("key too long", key);
+    if (m == GROUP) {
+        if ((size_t)snprintf(key2, sizeof key2, "%s:g2", key) >= sizeof key2)
+            die("key too long", key);
+        companion(waiters2, sizeof waiters2, key2, ":waiters");
+        {
+            const char *acq[9] = {"EVALSHA", sha_group_acquire, "3", key, key2, fence_key, token, ttl, "2"};
+            const char *rel[8] = {"EVALSHA", sha_group_release, "4", key, key2, waiters, waiters2, token};
+            fan_out(9, acq, NULL, replies);
+            for (i = 0; i < nservers; i++)
+                if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 1)
+                    die("group_acquire", "unexpected reply");
+            free_all(replies);
+            fan_out(8, rel, NULL, replies);
+            for (i = 0; i < nservers; i++)
+                if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 2)
+                    die("group_release", "unexpected reply");
+            free_all(replies);
+        }
+        return;
+    }
+    {
+        const char *sem[14] = {"EVALSHA", sha_sem_acquire, "5", key, waiters, data, handoff, fence_key,
+                               token, ttl, "3", "0", "w", "1"};
+        const char *read[13] = {"EVALSHA", sha_rw_read, "5", key, waiters, data, handoff, fence_key,
+                                token, ttl, "0", "w", "1"};
+        const char *rel[10] = {"EVALSHA", m == PERMIT ? sha_sem_release : sha_rw_release, "5", key, waiters,
+                               data, wake, fence_key, token, prefix};
+        if (m == PERMIT)
+            fan_out(14, sem, NULL, replies);
+        else
+            fan_out(13, read, NULL, replies);
+        for (i = 0; i < nservers; i++)
+            if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 1)
+                die(m == PERMIT ? "sem_acquire" : "rw_read", "unexpected reply");
+        free_all(replies);
+        fan_out(10, rel, NULL, replies);
+        check_each(replies, REDIS_REPLY_INTEGER, 1, "release");
+        free_all(replies);
+    }
+}
 
 /* One command of legacy mode's cycle on every server; dies unless every
  * reply has the type expected. */
@@ -382,6 +454,10 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
         legacy_cycle(key, fence_key, ttl, token);
         return;
     }
+    if (m == PERMIT || m == READER || m == GROUP) {
+        kind_cycle(m, key, fence_key, ttl, token);
+        return;
+    }
     if (m == SETNX || m == TEXTBOOK) {
         fan_out(6, set, NULL, replies);
         check_each(replies, REDIS_REPLY_STATUS, 0, "SET NX PX");
@@ -434,8 +510,14 @@ int main(int argc, char **argv) {
         m = HELD;
     else if (strcmp(mode_name, "legacy") == 0)
         m = LEGACY;
+    else if (strcmp(mode_name, "permit") == 0)
+        m = PERMIT;
+    else if (strcmp(mode_name, "reader") == 0)
+        m = READER;
+    else if (strcmp(mode_name, "group") == 0)
+        m = GROUP;
     else
-        die("unknown mode (cycle, setnx, textbook, held, legacy)", mode_name);
+        die("unknown mode (cycle, setnx, textbook, held, legacy, permit, reader, group)", mode_name);
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
@@ -449,6 +531,12 @@ int main(int argc, char **argv) {
     load_script(REDLOCK_SCRIPT_ACQUIRE, sha_acquire);
     load_script(REDLOCK_SCRIPT_RELEASE, sha_release);
     load_script(TEXTBOOK_RELEASE, sha_textbook);
+    load_script(REDLOCK_SCRIPT_SEM_ACQUIRE, sha_sem_acquire);
+    load_script(REDLOCK_SCRIPT_SEM_RELEASE, sha_sem_release);
+    load_script(REDLOCK_SCRIPT_RW_READ, sha_rw_read);
+    load_script(REDLOCK_SCRIPT_RW_RELEASE_READ, sha_rw_release);
+    load_script(REDLOCK_SCRIPT_GROUP_ACQUIRE, sha_group_acquire);
+    load_script(REDLOCK_SCRIPT_GROUP_RELEASE, sha_group_release);
     if (m == HELD) {
         const char *hold[5] = {"SET", key, "held-by-someone-else", "PX", "600000"};
         for (i = 0; i < nservers; i++)

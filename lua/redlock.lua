@@ -141,32 +141,53 @@ local function call_opts(client, fname, opts)
     return o
 end
 
--- The options of a call that takes a permit (opts.limit), a read lock
--- (opts.shared) or a group lock (a list of keys): a copy of o with o.kind,
--- the strategy that takes, releases and extends it (redlock.semaphore,
--- redlock.shared, redlock.group). Raises where this client cannot keep that
--- kind's guarantees.
-local function kind_opts(client, fname, key, o)
-    local what = o.limit and "a semaphore (limit)" or o.shared and "a read lock (shared)"
-        or "a group lock (a list of keys)"
-    local function refuse(why) error(format("bad argument to '%s' (%s %s)", fname, what, why), 3) end
-    if o.limit and o.shared then refuse("cannot be shared too: readers have no limit") end
-    if (o.limit or o.shared) and type(key) == "table" then refuse("of several keys: it takes one key") end
+-- Why this client cannot take the kind o asks for on key (a permit, a read
+-- lock, a group lock) keeping its guarantees, or nil.
+local function kind_refusal(client, key, o)
+    if o.limit and o.shared then return "cannot be shared too: readers have no limit" end
+    if (o.limit or o.shared) and type(key) == "table" then return "of several keys: it takes one key" end
     if #client.servers >= 2 then
         if o.limit then
-            refuse("over independent masters (Redlock) is refused: N permits on each server do not"
-                .. " bound the holders to N, as two majorities may overlap on different servers")
+            return "over independent masters (Redlock) is refused: N permits on each server do not"
+                .. " bound the holders to N, as two majorities may overlap on different servers"
         end
-        refuse("over independent masters (Redlock) is not supported yet")
+        return "over independent masters (Redlock) is not supported yet"
     end
     if client.servers[1].ops.name == "legacy" then
-        refuse("needs the server's scripts: legacy mode cannot take it in one atomic step")
+        return "needs the server's scripts: legacy mode cannot take it in one atomic step"
     end
-    if o.reentrant then refuse("cannot be reentrant") end
-    local copy = {}
+    if o.reentrant then return "cannot be reentrant" end
+end
+
+-- The options of a call that takes a permit (opts.limit), a read lock
+-- (opts.shared) or a group lock (a list of keys): o with o.kind, the
+-- strategy that takes, releases and extends it (redlock.semaphore,
+-- redlock.shared, redlock.group); the client's own options are copied once
+-- (per kind) and kept. Raises where this client cannot keep that kind's
+-- guarantees.
+local function kind_opts(client, fname, key, o)
+    local why = kind_refusal(client, key, o)
+    if why then
+        error(format("bad argument to '%s' (%s %s)", fname, o.limit and "a semaphore (limit)"
+            or o.shared and "a read lock (shared)" or "a group lock (a list of keys)", why), 3)
+    end
+    local kind = o.limit and semaphore.strategy(o.limit) or o.shared and shared.strategy or group.strategy
+    if o ~= client.opts then -- a fresh table (call_opts): ours to complete
+        o.kind = kind
+        return o
+    end
+    local kinds = client.kind_opts
+    if not kinds then
+        kinds = {}
+        client.kind_opts = kinds
+    end
+    local copy = kinds[kind]
+    if copy then return copy end
+    copy = {}
     for k, v in pairs(o) do copy[k] = v end
     copy.rep = replicas.asked(copy) and copy
-    copy.kind = o.limit and semaphore.strategy(o.limit) or o.shared and shared.strategy or group.strategy
+    copy.kind = kind
+    kinds[kind] = copy
     return copy
 end
 
@@ -469,7 +490,7 @@ end
 function Client:acquire(key, opts)
     if type(key) ~= "string" or key == "" then
         if type(key) ~= "table" then bad_key("acquire", key) end
-        group.check("acquire", key)
+        key = group.keys("acquire", key)
     end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
     if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "acquire", key, o) end
@@ -486,7 +507,7 @@ end
 function Client:try_acquire(key, opts)
     if type(key) ~= "string" or key == "" then
         if type(key) ~= "table" then bad_key("try_acquire", key) end
-        group.check("try_acquire", key)
+        key = group.keys("try_acquire", key)
     end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
     if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "try_acquire", key, o) end
@@ -532,7 +553,7 @@ function Client:with_lock(key, opts, fn)
     if fn == nil and (type(opts) == "function" or callable(opts)) then opts, fn = nil, opts end
     if type(key) ~= "string" or key == "" then
         if type(key) ~= "table" then bad_key("with_lock", key) end
-        group.check("with_lock", key)
+        key = group.keys("with_lock", key)
     end
     if type(fn) ~= "function" and not callable(fn) then
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",

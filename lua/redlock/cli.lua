@@ -196,7 +196,8 @@ local function by_token(ctx, op)
     local key = cfg.keys or cfg.key
     local strategy = client.strategy
     if (cfg.keys or cfg.limit or cfg.shared) and #client.servers == 1 then
-        strategy = cfg.keys and group.strategy or cfg.shared and shared.strategy or semaphore.strategy(cfg.limit)
+        strategy = cfg.keys and group.strategy or cfg.shared and shared.strategy
+            or semaphore.strategy(cfg.limit)
     end
     local ok, where, word
     if op == "release" then

@@ -25,6 +25,7 @@ local semaphore = require "redlock.semaphore"
 
 local keyslot, ms_string, fence_counter, companion_key = core.keyslot, util.ms_string, util.fence_counter,
     util.companion_key
+local setmetatable = setmetatable
 local WAITERS = scripted.WAITERS
 local type, ipairs, pairs, error, tostring, select = type, ipairs, pairs, error, tostring, select
 local format, sort = string.format, table.sort
@@ -32,10 +33,11 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
 
---- Raises unless keys is a list of distinct non-empty strings (fname: the
--- function's name, for the message).
-function _M.check(fname, keys)
-    local n, seen = #keys, {}
+--- A copy of keys, the lock's own (later changes to the caller's list do
+-- not change what is released); raises unless keys is a list of distinct
+-- non-empty strings (fname: the function's name, for the message).
+function _M.keys(fname, keys)
+    local n = #keys
     if n == 0 then error(format("bad argument #1 to '%s' (empty list of keys)", fname), 3) end
     for k in pairs(keys) do
         if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then
@@ -43,24 +45,29 @@ function _M.check(fname, keys)
                 tostring(k)), 3)
         end
     end
+    local copy = {}
     for i = 1, n do
         local k = keys[i]
         if type(k) ~= "string" or k == "" then
             error(format("bad argument #1 to '%s' (key #%d: non-empty string expected, got %s)", fname, i,
                 type(k) == "string" and "an empty string" or type(k)), 3)
         end
-        if seen[k] then
-            error(format("bad argument #1 to '%s' (key #%d repeats key #%d, %s)", fname, i, seen[k],
-                util.show_key(k)), 3)
+        -- (a few keys: compared pairwise, no table)
+        for j = 1, i - 1 do
+            if copy[j] == k then
+                error(format("bad argument #1 to '%s' (key #%d repeats key #%d, %s)", fname, i, j,
+                    util.show_key(k)), 3)
+            end
         end
-        seen[k] = i
+        copy[i] = k
     end
+    return copy
 end
 
 -- The keys in the steps they are taken in: one step on one server; on a
 -- Cluster (per_slot) one per hash slot, slots ascending. Each step is a
 -- list of keys with .counter (the fence counter of its slot or server).
-local function steps(keys, per_slot)
+local function make_steps(keys, per_slot)
     if not per_slot then
         local all = { n = #keys }
         for i, k in ipairs(keys) do all[i] = k end
@@ -83,6 +90,17 @@ local function steps(keys, per_slot)
     local out = {}
     for i, s in ipairs(slots) do out[i] = by_slot[s] end
     return out
+end
+
+-- The steps of a lock's keys (its own copy, see _M.keys), made once.
+local made = setmetatable({}, { __mode = "k" })
+local function steps(keys, per_slot)
+    local m = made[keys]
+    if m and m.per_slot == per_slot then return m end
+    m = make_steps(keys, per_slot)
+    m.per_slot = per_slot
+    made[keys] = m
+    return m
 end
 
 -- The keys of a step, then its waiters queues (GROUP_RELEASE's keys),
@@ -108,7 +126,11 @@ end
 -- Releases one step: true when every key held token, false when some did
 -- not (those that did are released), nil, err, code.
 local function release_step(server, step, token)
-    local args = with_queues(step, token)
+    local args = step.release_args
+    if not args or args[args.n] ~= token then
+        args = with_queues(step, token)
+        step.release_args = args
+    end
     local r, err, code = server:eval("group_release", step.n * 2, unpack(args, 1, args.n))
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then
@@ -133,10 +155,15 @@ end
 local function take(server, step, token, ttl_s, unfenced, rep)
     local n = step.n
     local nkeys = unfenced and n or n + 1
-    local args = { n = nkeys + 3 }
-    for i = 1, n do args[i] = step[i] end
-    if not unfenced then args[n + 1] = step.counter end
-    args[nkeys + 1], args[nkeys + 2], args[nkeys + 3] = token, ttl_s, format("%d", n)
+    -- (made once per call: its attempts send the same)
+    local args = step.acquire_args
+    if not args or args.token ~= token or args.n ~= nkeys + 3 or args[nkeys + 2] ~= ttl_s then
+        args = { n = nkeys + 3, token = token }
+        for i = 1, n do args[i] = step[i] end
+        if not unfenced then args[n + 1] = step.counter end
+        args[nkeys + 1], args[nkeys + 2], args[nkeys + 3] = token, ttl_s, format("%d", n)
+        step.acquire_args = args
+    end
     if rep then
         local conn = server.conn
         local res = { conn:eval_wait("group_acquire", rep.replicas, rep.replica_timeout, rep.aof, nkeys,
