@@ -388,7 +388,9 @@
 /* A permit of a counting semaphore (see the layout above). KEYS[1] the
  * key, KEYS[2] the waiters queue, KEYS[3] the waiters' data, KEYS[4] the
  * caller's hand-off list, KEYS[5] the fence counter (the single lock's
- * companions and counter); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
+ * companions and counter; a waiter's data ends " s", so that only
+ * semaphore waiters are handed permits, and no other release hands a
+ * semaphore waiter a lock); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
  * limit N, ARGV[4] "0" for a caller that does not wait, else the ms its
  * next block lasts at most (as ACQUIRE's ARGV[3]), ARGV[5] "h" or "w" (as
  * ACQUIRE's ARGV[4]), ARGV[6] "1" for a fence, "0" for none.
@@ -440,7 +442,7 @@
     "local first = redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')\n"         \
     "local pttl = first[2] and math.max(0, tonumber(first[2]) - now) or 0\n" \
     "if ARGV[4] == '0' then return {0, pttl} end\n"                         \
-    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]", "")
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]", " s")
 
 /* Gives a permit back. KEYS[1] the key, KEYS[2] the waiters queue, KEYS[3]
  * the waiters' data, KEYS[4] the wake-up list, KEYS[5] the fence counter;
@@ -448,7 +450,7 @@
  * token. Answers 0 (not ours: no unexpired permit of that token; the
  * "limit" member is no permit), 1 (given back), 3 (given back, and
  * waiters served). Each permit free after ours is gone goes to the next
- * live waiter of the queue, front first, in this same step (its token
+ * live semaphore waiter of the queue, front first, in this same step (its token
  * with its own ttl as in RELEASE's hand-off, a new fence, and "fence
  * server-ms" pushed to its hand-off list); a waiter that is only woken
  * (nginx, replicas) stops the hand-offs there and is woken, as RELEASE
@@ -475,7 +477,7 @@
     "  if not front then break end\n"                                       \
     "  local d = redis.call('HGET', KEYS[3], front)\n"                      \
     "  local alive, ttl, fenced\n"                                          \
-    "  if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d)$') end\n" \
+    "  if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d) s$') end\n" \
     "  if alive and tonumber(alive) >= now then\n"                          \
     "    if ttl == '0' then wake = true break end\n"                        \
     "    local f = fence(fenced == '1' and KEYS[5])\n"                      \
