@@ -201,7 +201,7 @@ function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
             return false, r[2], server:where()
         elseif r[1] == 2 then
             roll_back(server, list, j, token)
-            return semaphore.misuse(step[r[3]], r[2], nil, server)
+            return semaphore.misuse(step[r[3]], r[2], nil, server, "a group lock's key")
         elseif rep then
             local msg
             if acked == false then

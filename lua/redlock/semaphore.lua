@@ -40,27 +40,31 @@ options.CALL.limit = function(fname, name, v)
 end
 
 --- The misuse answer ({2, M} from a script) as nil, message, "misuse".
-function _M.misuse(key, m, limit, server)
+-- m: the limit of the semaphore found (0: no semaphore); limit: the one
+-- asked for, or nil when asked: what was asked ("a single lock", ...).
+function _M.misuse(key, m, limit, server, asked)
     local what
-    if m == 0 then
+    if m == 0 and limit then
         what = "is not a semaphore (a single lock, readers, a group's key or another value holds it)"
+    elseif m == 0 then
+        what = "holds a value of another kind than this library's locks"
     elseif limit then
         what = format("is held as a semaphore of limit %d, not %d", m, limit)
     else
-        what = format("is held as a semaphore (limit %d), not as a single lock", m)
+        what = format("is held as a semaphore (limit %d), not as %s", m, asked or "a single lock")
     end
     return nil, format("misuse: %s %s on %s", key and show_key(key) or "the key", what, server.name), "misuse"
 end
 
 -- The acquire script's answer: true, fence | false, ms | nil, err, code.
 -- what: the script's name; limit: the semaphore's (nil for readers).
-local function answer(server, key, what, limit, taken, v, at)
+local function answer(server, key, what, limit, taken, v, at, asked)
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
         if at then server.refused_at = at end
         return false, v
     end
-    if taken == 2 then return _M.misuse(key, v, limit, server) end
+    if taken == 2 then return _M.misuse(key, v, limit, server, asked) end
     if taken == nil then return nil, v, at end
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)),
         "server"
@@ -91,7 +95,9 @@ local function acquire_acked(server, kind, key, token, rep, nkeys, ...)
     end
     if acked == nil then return nil, fsynced, taken end
     local wrote = taken == 1 and v ~= nil
-    if acked ~= false and not wrote then return answer(server, key, name, kind.limit, taken, v, at) end
+    if acked ~= false and not wrote then
+        return answer(server, key, name, kind.limit, taken, v, at, kind.asked)
+    end
     local msg, code
     if acked == false then
         msg, code = replicas.wait_failed(server.name, rep, fsynced)
@@ -108,7 +114,7 @@ end
 -- limit (nil for readers: the acquire script then takes no limit
 -- argument). Waiting, giving up and extending are the single lock's.
 function _M.make(name, what, scripts, limit)
-    local s = { name = name, what = what, scripts = scripts, limit = limit }
+    local s = { name = name, what = what, scripts = scripts, limit = limit, asked = "a " .. what }
     local limit_s = limit and format("%d", limit)
     local acquire_name, release_name = scripts[1], scripts[2]
     -- the script's arguments: token, ttl, [limit,] waiting, how, fenced
@@ -127,8 +133,9 @@ function _M.make(name, what, scripts, limit)
                 hkey, fkey, args(token, ttl, waiting, "w", fenced))
         else
             local how = handoff and not server.no_notify and "h" or "w"
-            ok, v, code = answer(server, key, acquire_name, limit, eval_values(server.conn, acquire_name, 5,
-                key, waiters_key(key), data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced)))
+            local taken, r, at = eval_values(server.conn, acquire_name, 5, key, waiters_key(key),
+                data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
+            ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
         end
         if code == "misuse" then return nil, v, code end
         return single.acquired(server, ok, v, code)
