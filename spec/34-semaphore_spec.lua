@@ -143,6 +143,21 @@ describe("semaphore (limit = N)", function()
         legacy:close()
         s2:stop()
         s3:stop()
+        -- mode "auto" on a server without scripting: said plainly, at run time
+        local noscript = helper.start_server { config = { 'rename-command EVAL ""', 'rename-command EVALSHA ""',
+            'rename-command SCRIPT ""', 'rename-command FUNCTION ""', 'rename-command FCALL ""' } }
+        local auto = redlock.new { servers = { noscript:url() } }
+        local _, code
+        _, err, code = auto:try_acquire("k", { limit = 2 })
+        assert.equal("server", code)
+        assert.matches("a permit needs the server's scripts, which it refuses", err, 1, true)
+        _, err, code = auto:try_acquire({ "a", "b" })
+        assert.equal("server", code)
+        assert.matches("a group lock needs the server's scripts", err, 1, true)
+        _, err, code = auto:try_acquire("k", { shared = true })
+        assert.matches("a read lock needs the server's scripts", err, 1, true)
+        auto:close()
+        noscript:stop()
     end)
 
     it("permits that expire unreleased leave nothing behind", function()

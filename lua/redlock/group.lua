@@ -218,6 +218,7 @@ function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
         if fail then
             -- this step may have run (a lost reply): given back with the others
             roll_back(server, list, j + 1, token)
+            err, code = semaphore.needs_scripts(server, "a group lock", err, code)
             return server:noted(nil, err, code)
         end
         for i = 1, step.n do fences[step[i]] = r[i + 1] end

@@ -21,6 +21,7 @@ local notify = require "redlock.notify"
 local replicas = require "redlock.replicas"
 local single = require "redlock.single"
 local options = require "redlock.options"
+local detect = require "redlock.detect"
 
 local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
 local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
@@ -54,6 +55,19 @@ function _M.misuse(key, m, limit, server, asked)
         what = format("is held as a semaphore (limit %d), not as %s", m, asked or "a single lock")
     end
     return nil, format("misuse: %s %s on %s", key and show_key(key) or "the key", what, server.name), "misuse"
+end
+
+--- A failure of a kind's acquire, said plainly when the server refuses
+-- scripting (mode "auto" before it has decided: the kinds have no legacy
+-- way). what: "a permit", ...
+function _M.needs_scripts(server, what, err, code)
+    if code == "server" and detect.refused(err) then
+        -- (Redis echoes an unknown command's arguments, the token among them)
+        local why = err:gsub(", with args beginning with:.*$", ""):gsub("^server: [^:]*:[^:]*: ", "")
+        return format("server: %s: %s needs the server's scripts, which it refuses (%s)", server.name, what,
+            why), code
+    end
+    return err, code
 end
 
 -- The acquire script's answer: true, fence | false, ms | nil, err, code.
@@ -138,6 +152,7 @@ function _M.make(name, what, scripts, limit)
             ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
         end
         if code == "misuse" then return nil, v, code end
+        if ok == nil then v, code = _M.needs_scripts(server, s.asked, v, code) end
         return single.acquired(server, ok, v, code)
     end
     function s.release(client, key, token)
