@@ -151,10 +151,12 @@ local function kind_refusal(client, key, o)
             return "over independent masters (Redlock) is refused: N permits on each server do not"
                 .. " bound the holders to N, as two majorities may overlap on different servers"
         end
-        return "over independent masters (Redlock) is not supported yet"
+        if not o.shared then return "over independent masters (Redlock) is not supported yet" end
     end
-    if client.servers[1].ops.name == "legacy" then
-        return "needs the server's scripts: legacy mode cannot take it in one atomic step"
+    for _, server in ipairs(client.servers) do
+        if server.ops.name == "legacy" then
+            return "needs the server's scripts: legacy mode cannot take it in one atomic step"
+        end
     end
     if o.reentrant then return "cannot be reentrant" end
 end
@@ -171,7 +173,8 @@ local function kind_opts(client, fname, key, o)
         error(format("bad argument to '%s' (%s %s)", fname, o.limit and "a semaphore (limit)"
             or o.shared and "a read lock (shared)" or "a group lock (a list of keys)", why), 3)
     end
-    local kind = o.limit and semaphore.strategy(o.limit) or o.shared and shared.strategy or group.strategy
+    local kind = o.limit and semaphore.strategy(o.limit)
+        or o.shared and (#client.servers >= 2 and shared.quorum or shared.strategy) or group.strategy
     if o ~= client.opts then -- a fresh table (call_opts): ours to complete
         o.kind = kind
         return o
@@ -281,7 +284,7 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         lock.strategy = kind
         if kind.limit then
             lock.limit = kind.limit
-        elseif kind == shared.strategy then
+        elseif kind.shared then
             lock.shared = true
         else
             lock.keys, lock.fences, lock.fence = key, lock.fence, nil

@@ -181,3 +181,71 @@ describe("readers and writers (shared = true)", function()
         assert.equal(before, data:command("DBSIZE"))
     end)
 end)
+
+describe("readers and writers over Redlock (3 servers)", function()
+    local servers, urls, client
+    setup(function()
+        servers, urls = {}, {}
+        for i = 1, 3 do
+            servers[i] = helper.start_server()
+            urls[i] = servers[i]:url()
+        end
+        client = require("redlock").new { servers = urls, retry_delay = 5, retry_jitter = 5, server_timeout = 500 }
+    end)
+    teardown(function()
+        client:close()
+        helper.stop_all()
+    end)
+
+    it("readers hold a majority together; a writer and a reader exclude each other", function()
+        local key = helper.key("rw")
+        local r1 = assert(client:acquire(key, { shared = true }))
+        local r2 = assert(client:acquire(key, { shared = true }))
+        assert.is_true(r1.shared and r2.fence > r1.fence)
+        for i = 1, 3 do assert.equal("zset", servers[i]:cli("TYPE", key)) end
+        local _, _, code = client:try_acquire(key)
+        assert.equal("locked", code)
+        assert.is_true(r1:extend())
+        assert(r1:release() and r2:release())
+        for i = 1, 3 do assert.equal("0", servers[i]:cli("EXISTS", key)) end
+        local w = assert(client:acquire(key))
+        _, _, code = client:try_acquire(key, { shared = true })
+        assert.equal("locked", code)
+        assert(w:release())
+    end)
+
+    it("2 reader and 1 writer processes: readers overlap, the writer never overlaps anyone", function()
+        local key = helper.key("rw")
+        local all = table.concat(urls, ",")
+        local workers = {}
+        for i = 1, 2 do workers[i] = helper.spawn("spec/workers/rw.lua", all, key, "r", 25, 5) end
+        workers[3] = helper.spawn("spec/workers/rw.lua", all, key, "w", 10, 3)
+        local most = 0
+        for i = 1, 3 do
+            local status, out = workers[i]:wait(120000)
+            assert.equal(0, status, out)
+            most = math.max(most, tonumber(out:match("most (%d+)")))
+        end
+        assert.is_true(most > 1, "readers never overlapped")
+    end)
+
+    it("one server down: readers and writers still get a majority", function()
+        local key = helper.key("rw")
+        servers[3]:stop()
+        local r = assert(client:acquire(key, { shared = true }))
+        local _, _, code = client:try_acquire(key)
+        assert.equal("locked", code)
+        assert(r:release())
+        local w = assert(client:acquire(key))
+        assert(w:release())
+    end)
+
+    it("still refuses a semaphore and a group over Redlock, with the reason", function()
+        local ok, err = pcall(client.acquire, client, "k", { limit = 2 })
+        assert.is_false(ok)
+        assert.matches("two majorities may overlap", err, 1, true)
+        ok, err = pcall(client.acquire, client, { "a", "b" })
+        assert.is_false(ok)
+        assert.matches("not supported yet", err, 1, true)
+    end)
+end)

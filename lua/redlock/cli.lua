@@ -197,9 +197,10 @@ local function by_token(ctx, op)
     local client, cfg = ctx.client, ctx.cfg
     local key = cfg.keys or cfg.key
     local strategy = client.strategy
-    if (cfg.keys or cfg.limit or cfg.shared) and #client.servers == 1 then
-        strategy = cfg.keys and group.strategy or cfg.shared and shared.strategy
-            or semaphore.strategy(cfg.limit)
+    if cfg.shared then
+        strategy = #client.servers >= 2 and shared.quorum or shared.strategy
+    elseif (cfg.keys or cfg.limit) and #client.servers == 1 then
+        strategy = cfg.keys and group.strategy or semaphore.strategy(cfg.limit)
     end
     local ok, where, word
     if op == "release" then

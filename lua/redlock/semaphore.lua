@@ -128,7 +128,8 @@ end
 -- limit (nil for readers: the acquire script then takes no limit
 -- argument). Waiting, giving up and extending are the single lock's.
 function _M.make(name, what, scripts, limit)
-    local s = { name = name, what = what, scripts = scripts, limit = limit, asked = "a " .. what }
+    local s = { name = name, what = what, scripts = scripts, limit = limit, asked = "a " .. what,
+        shared = name == "shared" }
     local limit_s = limit and format("%d", limit)
     local acquire_name, release_name = scripts[1], scripts[2]
     -- the script's arguments: token, ttl, [limit,] waiting, how, fenced

@@ -4,15 +4,20 @@
 -- hold HOLD_MS, DECR. Prints "done <n> most <readers seen at once>" and
 -- exits 0; exits 1 on the first overlap or failure, saying why. With N 0
 -- it loops until the key STOP exists.
--- usage: rw.lua SERVER KEY ROLE N HOLD_MS [STOP]
+-- usage: rw.lua SERVERS KEY ROLE N HOLD_MS [STOP] (SERVERS: comma-separated,
+-- several make a Redlock client; the counters are on the first)
 local redlock = require "redlock"
 local core = require "redlock.core"
 local options = require "redlock.options"
 
 local url, key, role, n, hold, stop = ...
 n, hold = tonumber(n), tonumber(hold)
-local client = redlock.new { servers = { url }, ttl = 5000, wait = 60000, retry_delay = 5, retry_jitter = 5 }
-local data = core.conn(options.servers({ url })[1])
+local urls = {}
+for u in url:gmatch("[^,]+") do urls[#urls + 1] = u end
+-- (a Redlock's answers may take longer than the default 25 ms on a busy host)
+local client = redlock.new { servers = urls, ttl = 5000, wait = 60000, retry_delay = 5, retry_jitter = 5,
+    server_timeout = #urls > 1 and 500 or nil }
+local data = core.conn(options.servers({ urls[1] })[1])
 local readers, writers = key .. ":readers", key .. ":writers"
 local most, i = 0, 0
 local function fail(...)
