@@ -89,6 +89,18 @@ describe("semaphore (limit = N)", function()
         assert.is_true(ok)
         assert.is_false(lost)
         assert.equal(0, data:command("EXISTS", key))
+        -- a permit taken away by hand: its renewal finds it gone, on_lost runs
+        local told
+        local p = assert(client:acquire(key, { limit = 2, ttl = 300, renew = true,
+            on_lost = function(_, why) told = why end }))
+        local other = assert(client:acquire(key, { limit = 2, ttl = 60000 }))
+        data:command("ZREM", key, p.token)
+        assert(helper.eventually(5000, function() return p:lost() end))
+        local _, _, code = p:release()
+        assert.equal("not owner", code)
+        assert.equal("gone", told)
+        assert.is_true(other:extend())
+        assert(other:release())
     end)
 
     it("refuses misuse: another limit while held, a single lock of a semaphore key, limit 0", function()
