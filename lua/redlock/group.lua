@@ -25,7 +25,7 @@ local semaphore = require "redlock.semaphore"
 
 local keyslot, ms_string, fence_counter, companion_key = core.keyslot, util.ms_string, util.fence_counter,
     util.companion_key
-local setmetatable = setmetatable
+local next = next
 local WAITERS = scripted.WAITERS
 local type, ipairs, pairs, error, tostring, select = type, ipairs, pairs, error, tostring, select
 local format, sort = string.format, table.sort
@@ -33,11 +33,26 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
 
+-- The last list of keys made (see _M.keys), and its steps.
+local last, last_steps, last_per_slot = nil, nil, nil
+
 --- A copy of keys, the lock's own (later changes to the caller's list do
 -- not change what is released); raises unless keys is a list of distinct
--- non-empty strings (fname: the function's name, for the message).
+-- non-empty strings (fname: the function's name, for the message). The
+-- same keys as the last call's give the same copy (read-only: lock.keys),
+-- whose steps and arguments are made once.
 function _M.keys(fname, keys)
     local n = #keys
+    if last and n == #last and next(keys, n) == nil then
+        local same = true
+        for i = 1, n do
+            if keys[i] ~= last[i] then
+                same = false
+                break
+            end
+        end
+        if same then return last end
+    end
     if n == 0 then error(format("bad argument #1 to '%s' (empty list of keys)", fname), 3) end
     for k in pairs(keys) do
         if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then
@@ -61,6 +76,7 @@ function _M.keys(fname, keys)
         end
         copy[i] = k
     end
+    last, last_steps = copy, nil
     return copy
 end
 
@@ -92,14 +108,12 @@ local function make_steps(keys, per_slot)
     return out
 end
 
--- The steps of a lock's keys (its own copy, see _M.keys), made once.
-local made = setmetatable({}, { __mode = "k" })
+-- The steps of a lock's keys (a copy, see _M.keys): those of the last
+-- list made are kept.
 local function steps(keys, per_slot)
-    local m = made[keys]
-    if m and m.per_slot == per_slot then return m end
-    m = make_steps(keys, per_slot)
-    m.per_slot = per_slot
-    made[keys] = m
+    if keys == last and last_steps and last_per_slot == per_slot then return last_steps end
+    local m = make_steps(keys, per_slot)
+    if keys == last then last_steps, last_per_slot = m, per_slot end
     return m
 end
 
@@ -126,11 +140,13 @@ end
 -- Releases one step: true when every key held token, false when some did
 -- not (those that did are released), nil, err, code.
 local function release_step(server, step, token)
+    -- (made once per step: only the token changes, set before each use)
     local args = step.release_args
-    if not args or args[args.n] ~= token then
+    if not args then
         args = with_queues(step, token)
         step.release_args = args
     end
+    args[args.n] = token
     local r, err, code = server:eval("group_release", step.n * 2, unpack(args, 1, args.n))
     if r == nil then return nil, err, code end
     if type(r) ~= "table" then
@@ -155,15 +171,17 @@ end
 local function take(server, step, token, ttl_s, unfenced, rep)
     local n = step.n
     local nkeys = unfenced and n or n + 1
-    -- (made once per call: its attempts send the same)
-    local args = step.acquire_args
-    if not args or args.token ~= token or args.n ~= nkeys + 3 or args[nkeys + 2] ~= ttl_s then
-        args = { n = nkeys + 3, token = token }
+    -- (made once per step and fence option: token and ttl set before each use)
+    local field = unfenced and "acquire_unfenced" or "acquire_args"
+    local args = step[field]
+    if not args then
+        args = { n = nkeys + 3 }
         for i = 1, n do args[i] = step[i] end
         if not unfenced then args[n + 1] = step.counter end
-        args[nkeys + 1], args[nkeys + 2], args[nkeys + 3] = token, ttl_s, format("%d", n)
-        step.acquire_args = args
+        args[nkeys + 3] = format("%d", n)
+        step[field] = args
     end
+    args[nkeys + 1], args[nkeys + 2] = token, ttl_s
     if rep then
         local conn = server.conn
         local res = { conn:eval_wait("group_acquire", rep.replicas, rep.replica_timeout, rep.aof, nkeys,
