@@ -19,6 +19,7 @@ static redlock_script scripts[] = {
     {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
     {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
     {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},
+    {"group_wait", REDLOCK_SCRIPT_GROUP_WAIT, ""},
     {NULL, NULL, ""},
 };
 

@@ -528,6 +528,22 @@
     "end\n"                                                                 \
     "return out\n"
 
+/* A group lock that waits: it joins the waiters queue of the key that
+ * refused it (KEYS[1]; KEYS[2] the queue, KEYS[3] the data, KEYS[4] the
+ * caller's hand-off list, emptied) as a waiter that is only woken (ttl 0:
+ * a release wakes it, nobody hands it one key of its group), and, as a
+ * writer, keeps later readers out. ARGV[1] token, ARGV[2] the ms its next
+ * block lasts at most. Answers {0, pttl, server ms} (queued), {1} (the key
+ * is free or ours now: try again at once). */
+#define REDLOCK_SCRIPT_GROUP_WAIT                                           \
+    "local cur = redis.pcall('GET', KEYS[1])\n"                             \
+    "if cur == false or cur == ARGV[1] then return {1} end\n"               \
+    "local counter = false\n"                                               \
+    "if not (redis.replicate_commands and redis.replicate_commands()) then return {1} end\n" \
+    REDLOCK_SCRIPT_NOW                                                      \
+    "local pttl = redis.call('PTTL', KEYS[1])\n"                            \
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[2]", "'w'", "")
+
 /* KEYS[1..n] a group's keys (one server or one slot), KEYS[n+1..2n] their
  * waiters queues; ARGV[1] token. Each key that holds the token is deleted
  * when nobody waits for it (no queue), else left for the single lock's

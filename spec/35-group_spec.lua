@@ -79,6 +79,24 @@ describe("group locks", function()
         data:command("DEL", a)
     end)
 
+    it("a waiting group is woken by the release of the key that refused it, and leaves its queue", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local single = assert(client:acquire(b, { ttl = 60000 }))
+        -- a group whose polling would sleep 10 s, longer than its wait
+        local w = helper.spawn("spec/workers/hold_group.lua", server:url(), 8000, a, b)
+        assert(helper.eventually(10000, function()
+            return data:command("ZCARD", "{" .. b .. "}:waiters") == 1
+        end), "the group waits in the queue of " .. b)
+        assert.equal(0, data:command("EXISTS", a))
+        assert.is_true(single:release())
+        local status, out = w:wait(20000)
+        assert.equal(0, status, out)
+        assert.matches("^held", out)
+        -- it left the queue when it got the keys
+        assert.equal(0, data:command("EXISTS", "{" .. b .. "}:waiters"))
+        data:command("DEL", a, b)
+    end)
+
     it("renews every key in the background; a key taken away is reported lost", function()
         local a, b = helper.key("a"), helper.key("b")
         local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(g)

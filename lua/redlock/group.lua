@@ -22,6 +22,7 @@ local util = require "redlock.util"
 local scripted = require "redlock.scripted"
 local replicas = require "redlock.replicas"
 local semaphore = require "redlock.semaphore"
+local notify = require "redlock.notify"
 
 local keyslot, ms_string, fence_counter, companion_key = core.keyslot, util.ms_string, util.fence_counter,
     util.companion_key
@@ -202,7 +203,20 @@ end
 -- acquire answers true, {key = fence} (fences 0 without a counter)[, acked].
 _M.strategy = { name = "group" }
 
-function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
+-- The key whose queue a waiting group joined, per token (see wait).
+local queued = {}
+
+-- A waiting group leaves the queue it joined (GIVE_UP); what it answers
+-- about that key is moot: the group's own outcome says whether it holds.
+local function leave_queue(server, token)
+    local key = queued[token]
+    if not key then return nil end
+    queued[token] = nil
+    return server:eval("give_up", 4, key, notify.waiters_key(key), notify.data_key(key),
+        notify.handoff_key(key, token), token)
+end
+
+function _M.strategy.acquire(client, keys, token, ttl, waiting, _, unfenced, rep)
     local server = client.servers[1]
     local list, ttl_s = steps(keys, server.slot_fences), ms_string(ttl)
     local fences, least = {}, nil
@@ -216,6 +230,21 @@ function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
             code = "server"
         elseif r[1] == 0 then
             roll_back(server, list, j, token)
+            if waiting then
+                -- a notified waiter: in the queue of the key that refused
+                -- it, woken by that key's release (see GROUP_WAIT)
+                local key = step[r[3]]
+                local old = queued[token]
+                if old and old ~= key then leave_queue(server, token) end
+                local w = server:eval("group_wait", 4, key, notify.waiters_key(key), notify.data_key(key),
+                    notify.handoff_key(key, token), token, waiting)
+                if type(w) == "table" and w[1] == 0 then
+                    queued[token] = key
+                    if w[3] then server.refused_at = w[3] end
+                elseif type(w) == "table" and w[1] == 1 then
+                    return false, 0, server:where() -- free now: at once again
+                end
+            end
             return false, r[2], server:where()
         elseif r[1] == 2 then
             roll_back(server, list, j, token)
@@ -241,7 +270,20 @@ function _M.strategy.acquire(client, keys, token, ttl, _, _, unfenced, rep)
         end
         for i = 1, step.n do fences[step[i]] = r[i + 1] end
     end
+    if queued[token] then leave_queue(server, token) end
     return true, fences, least
+end
+
+--- A waiting group blocks until the key that refused it is released (or
+-- ms pass): that key's queue wakes it (redlock.notify); nil when it never
+-- joined one (the caller sleeps).
+function _M.strategy.wait(client, _, ms, since, token)
+    local key = queued[token]
+    if not key then return nil end
+    local r = client.servers[1]:wait(key, ms, since, token)
+    -- (a group is only ever woken: a hand-off's element cannot be for it)
+    if r == "handed" then return true end
+    return r
 end
 
 function _M.strategy.release(client, keys, token)
@@ -288,6 +330,10 @@ function _M.strategy.extend(client, keys, token, ttl, rep)
     return true, least
 end
 
-function _M.strategy.give_up() end
+--- A waiter that gives up leaves the queue it joined; a group is never
+-- handed anything, so this answers nothing.
+function _M.strategy.give_up(client, _, token)
+    leave_queue(client.servers[1], token)
+end
 
 return _M
