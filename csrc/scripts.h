@@ -188,7 +188,8 @@
  * together: the key becomes a readers set (member "shared", and each
  * reader's token with its expiry), each reader handed "fence server-ms",
  * up to the first waiter that is not such a reader (a writer waits for
- * them). A waiter that is only woken, or a server without TIME: the key
+ * them); a node that refuses to create the set (a Cluster slot migrating)
+ * wakes them instead. A waiter that is only woken, or a server without TIME: the key
  * is deleted and the wake-up list holds one element for 1 s (see RELEASE),
  * and the key is published on "redlock:wake". Answers 1 (deleted, nobody
  * served), 3 (handed over or woken). */
@@ -229,7 +230,7 @@
     "      if reader then\n"                                                \
     "        if admitted == 0 then\n"                                       \
     "          redis.call('DEL', KEYS[1])\n"                                \
-    "          redis.call('ZADD', KEYS[1], -1, 'shared')\n"                 \
+    "          if type(redis.pcall('ZADD', KEYS[1], -1, 'shared')) ~= 'number' then wake = true break end\n" \
     "        end\n"                                                         \
     "        if not hand(front, ttl, fenced, now) then wake = true break end\n" \
     "        redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ttl)), front)\n" \
