@@ -547,15 +547,16 @@
 
 /* KEYS[1..n] a group's keys (one server or one slot), KEYS[n+1..2n] their
  * waiters queues; ARGV[1] token. Each key that holds the token is deleted
- * when nobody waits for it (no queue), else left for the single lock's
- * five-key RELEASE, which hands it over or wakes its waiters. Answers
- * {how many held the token, the indexes of those left...}. */
+ * when nobody waits for it (no queue) or ARGV[2] is "all" (Redlock, whose
+ * waiters poll), else left for the single lock's five-key RELEASE, which
+ * hands it over or wakes its waiters. Answers {how many held the token,
+ * the indexes of those left...}. */
 #define REDLOCK_SCRIPT_GROUP_RELEASE                                        \
     "local n, owned, left = #KEYS / 2, 0, {}\n"                             \
     "for i = 1, n do\n"                                                     \
     "  if redis.pcall('GET', KEYS[i]) == ARGV[1] then\n"                    \
     "    owned = owned + 1\n"                                               \
-    "    if redis.call('EXISTS', KEYS[n + i]) == 0 then redis.call('DEL', KEYS[i])\n" \
+    "    if ARGV[2] == 'all' or redis.call('EXISTS', KEYS[n + i]) == 0 then redis.call('DEL', KEYS[i])\n" \
     "    else left[#left + 1] = i end\n"                                    \
     "  end\n"                                                               \
     "end\n"                                                                 \
@@ -563,7 +564,7 @@
     "return left\n"
 
 /* KEYS[1..n] a group's keys; ARGV[1] token, ARGV[2] ttl ms. PEXPIRE of
- * each key that holds the token; answers how many did. */
+ * each key that holds the token; answers 1 when every key did, else 0. */
 #define REDLOCK_SCRIPT_GROUP_EXTEND                                         \
     "local n = 0\n"                                                         \
     "for i = 1, #KEYS do\n"                                                 \
@@ -572,7 +573,7 @@
     "    n = n + 1\n"                                                       \
     "  end\n"                                                               \
     "end\n"                                                                 \
-    "return n\n"
+    "return n == #KEYS and 1 or 0\n"
 
 /* Readers and writers (opts.shared = true for a reader). A writer is a
  * single lock (ACQUIRE, RELEASE: SET key <token> PX ttl). Readers hold the

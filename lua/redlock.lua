@@ -151,7 +151,10 @@ local function kind_refusal(client, key, o)
             return "over independent masters (Redlock) is refused: N permits on each server do not"
                 .. " bound the holders to N, as two majorities may overlap on different servers"
         end
-        if not o.shared then return "over independent masters (Redlock) is not supported yet" end
+        if type(key) == "table" and client.slot_fences then
+            return "over a Redlock with a Cluster member is not supported: one script takes the keys on each"
+                .. " server, and a Cluster's script touches one hash slot"
+        end
     end
     for _, server in ipairs(client.servers) do
         if server.ops.name == "legacy" then
@@ -174,7 +177,8 @@ local function kind_opts(client, fname, key, o)
             or o.shared and "a read lock (shared)" or "a group lock (a list of keys)", why), 3)
     end
     local kind = o.limit and semaphore.strategy(o.limit)
-        or o.shared and (#client.servers >= 2 and shared.quorum or shared.strategy) or group.strategy
+        or o.shared and (#client.servers >= 2 and shared.quorum or shared.strategy)
+        or #client.servers >= 2 and group.quorum or group.strategy
     if o ~= client.opts then -- a fresh table (call_opts): ours to complete
         o.kind = kind
         return o

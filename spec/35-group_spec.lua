@@ -131,17 +131,11 @@ describe("group locks", function()
         assert(g:release())
     end)
 
-    it("refuses a repeated key, an empty list, and a list over Redlock", function()
+    it("refuses a repeated key and an empty list", function()
         assert.has_error(function() client:acquire({ "a", "b", "a" }) end,
             "bad argument #1 to 'acquire' (key #3 repeats key #1, 'a')")
         assert.has_error(function() client:try_acquire({}) end)
         assert.has_error(function() client:with_lock({ "a", 2 }, function() end) end)
-        local s2, s3 = helper.start_server(), helper.start_server()
-        local rl = require("redlock").new { servers = { server:url(), s2:url(), s3:url() } }
-        assert.has_error(function() rl:acquire({ "a", "b" }) end)
-        rl:close()
-        s2:stop()
-        s3:stop()
     end)
 
     it("groups that expire unreleased leave nothing behind", function()
@@ -149,6 +143,64 @@ describe("group locks", function()
         assert(client:acquire({ helper.key("a"), helper.key("b"), helper.key("c") }, { ttl = 150 }))
         assert(helper.eventually(5000, function() return data:command("DBSIZE") <= before end))
         assert.equal(before, data:command("DBSIZE"))
+    end)
+end)
+
+describe("group locks over Redlock (3 servers)", function()
+    -- (the kinds' scripts read the server's clock: Redis 3.2+)
+    local it = helper.needing(it, "script_time")
+    local servers, urls, client
+    setup(function()
+        servers, urls = {}, {}
+        for i = 1, 3 do
+            servers[i] = helper.start_server()
+            urls[i] = servers[i]:url()
+        end
+        client = require("redlock").new { servers = urls, retry_delay = 5, retry_jitter = 5, server_timeout = 500 }
+    end)
+    teardown(function()
+        client:close()
+        helper.stop_all()
+    end)
+
+    it("takes every key on a majority, per-key fences; a single lock of a key is refused", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local g = assert(client:acquire({ a, b }))
+        for i = 1, 3 do assert.equal(g.token, servers[i]:cli("GET", b)) end
+        assert.truthy(g.fences[a] and g.fences[b] and g.fences[b] > g.fences[a])
+        local _, _, code = client:try_acquire(a)
+        assert.equal("locked", code)
+        assert.is_true(g:extend(20000))
+        assert.is_true(tonumber(servers[2]:cli("PTTL", a)) > 10000)
+        assert.is_true(g:release())
+        for i = 1, 3 do assert.equal("0", servers[i]:cli("EXISTS", a)) end
+        local l = assert(client:acquire(b))
+        assert.is_true(l.fence > g.fences[b])
+        _, _, code = client:try_acquire({ a, b })
+        assert.equal("locked", code)
+        for i = 1, 3 do assert.equal("0", servers[i]:cli("EXISTS", a)) end
+        assert(l:release())
+        local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(lock)
+            require("redlock.core").sleep(900)
+            return lock:lost()
+        end)
+        assert.is_true(ok)
+        assert.is_false(lost)
+    end)
+
+    it("4 processes x 25 random pairs of 4 keys: no deadlock, no lost update", function()
+        local keys = {}
+        for i = 1, 4 do keys[i] = helper.key("g" .. i) end
+        local data = core.conn(servers[1]:spec())
+        pairs_run(table.concat(urls, ";"), data, keys, 25)
+        data:close()
+    end)
+
+    it("one server down: the groups still get a majority", function()
+        local a, b = helper.key("a"), helper.key("b")
+        servers[3]:stop()
+        local g = assert(client:acquire({ b, a }))
+        assert.is_true(g:release())
     end)
 end)
 
@@ -219,5 +271,13 @@ describe("group locks on a Cluster", function()
         assert.is_true(g:extend())
         assert.is_true(g:release())
         client:close()
+        -- a Redlock with a Cluster member: one script per server cannot
+        -- take keys of several slots there
+        local s2, s3 = helper.start_server(), helper.start_server()
+        local rl = redlock.new { servers = { cluster.url, s2:url(), s3:url() } }
+        local ok, err = pcall(rl.acquire, rl, { a, b })
+        assert.is_false(ok)
+        assert.matches("Cluster member is not supported", err, 1, true)
+        rl:close()
     end)
 end)

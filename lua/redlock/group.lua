@@ -23,6 +23,7 @@ local scripted = require "redlock.scripted"
 local replicas = require "redlock.replicas"
 local semaphore = require "redlock.semaphore"
 local notify = require "redlock.notify"
+local quorum = require "redlock.quorum"
 
 local keyslot, ms_string, fence_counter, companion_key = core.keyslot, util.ms_string, util.fence_counter,
     util.companion_key
@@ -312,7 +313,7 @@ function _M.strategy.extend(client, keys, token, ttl, rep)
             acked, fsynced, n = server.conn:eval_wait("group_extend", rep.replicas, rep.replica_timeout,
                 rep.aof, step.n, keys_then(step, token, ttl_s))
             if acked == nil then return server:noted(nil, fsynced, n) end
-            if n ~= step.n then return false, server:where() end
+            if n ~= 1 then return false, server:where() end
             local msg
             if acked == false then
                 msg, code = replicas.wait_failed(server.name, rep, fsynced)
@@ -324,7 +325,7 @@ function _M.strategy.extend(client, keys, token, ttl, rep)
         else
             n, err, code = server:eval("group_extend", step.n, keys_then(step, token, ttl_s))
             if n == nil then return server:noted(nil, err, code) end
-            if n ~= step.n then return false, server:where() end
+            if n ~= 1 then return false, server:where() end
         end
     end
     return true, least
@@ -335,5 +336,54 @@ end
 function _M.strategy.give_up(client, _, token)
     leave_queue(client.servers[1], token)
 end
+
+-- The keys, then more arguments (a Redlock's requests: one step).
+local function list_then(keys, ...)
+    local n, extra = #keys, select("#", ...)
+    local t = {}
+    for i = 1, n do t[i] = keys[i] end
+    for i = 1, extra do t[n + i] = select(i, ...) end
+    return unpack(t, 1, n + extra)
+end
+
+--- The same over Redlock (servers that are not Cluster members: a group
+-- takes all its keys in one script on each server): a majority must grant
+-- every key; each key's fence is the largest the granting servers gave it,
+-- and the largest of all goes back to their counters (one per server).
+_M.quorum = quorum.of {
+    what = "a group lock",
+    acquire_script = "group_acquire",
+    acquire_args = function(keys, token, ttl_s, unfenced, fkey)
+        local n = #keys
+        if unfenced then return n, list_then(keys, token, ttl_s, format("%d", n)) end
+        return n + 1, list_then(keys, fkey, token, ttl_s, format("%d", n))
+    end,
+    granted = function(_, r) return true, { select(2, unpack(r)) } end,
+    merge = function(keys, live, st, v)
+        local fences, top = {}, 0
+        for i, k in ipairs(keys) do
+            local f = 0
+            for j = 1, #live do
+                if st[j] and v[j][i] > f then f = v[j][i] end
+            end
+            fences[k] = f
+            if f > top then top = f end
+        end
+        return fences, top
+    end,
+    release_script = "group_release",
+    release_args = function(keys, token)
+        local n = #keys
+        local t = {}
+        for i = 1, n do
+            t[i] = keys[i]
+            t[n + i] = companion_key(keys[i], WAITERS)
+        end
+        t[2 * n + 1], t[2 * n + 2] = token, "all"
+        return 2 * n, unpack(t, 1, 2 * n + 2)
+    end,
+    extend_script = "group_extend",
+    extend_args = function(keys, token, ttl_s) return #keys, list_then(keys, token, ttl_s) end,
+}
 
 return _M

@@ -225,10 +225,10 @@ local function start_renewal(lock, max_hold, t0)
         local ids = {}
         for i, key in ipairs(keys) do
             if rep then
-                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, 1,
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, floor(n / 2) + 1,
                     client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
             else
-                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, 1,
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, floor(n / 2) + 1,
                     client.drift_factor, nil, nil, nil, m)
             end
             client.renewing[ids[i]] = lock

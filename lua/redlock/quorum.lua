@@ -359,14 +359,23 @@ local function acquire(op, client, key, token, ttl, unfenced, rep, hook)
     local elapsed = t1 - t0
     local granted, held = count(live, st)
     if granted >= q and ttl - elapsed - drift > 0 then
-        local fence, least = 0, nil
+        local fence, least, value = 0, nil, nil
+        if op and op.merge then
+            -- several fences per server (a group): per key the largest,
+            -- and the largest of all goes back to the counters
+            value, fence = op.merge(key, live, st, v)
+        else
+            for j = 1, #live do
+                if st[j] and v[j] > fence then fence = v[j] end
+            end
+        end
         for j = 1, #live do
-            if st[j] and v[j] > fence then fence = v[j] end
             if st[j] and rep and (least == nil or acked[j] < least) then least = acked[j] end
         end
+        value = value or fence
         -- the fence goes back to the servers that granted it: the next
         -- majority shares one of them, and counts past it
-        if unfenced then return true, fence, least end
+        if unfenced then return true, value, least end
         local synced, detail = sync_fence(client, key, live, st, fence, timeout)
         t1 = now()
         elapsed = t1 - t0
@@ -375,7 +384,7 @@ local function acquire(op, client, key, token, ttl, unfenced, rep, hook)
             return nil, format("no quorum: granted by %d of %d servers, but the fence reached %d, %d needed"
                 .. " (%s)", granted, n, synced, q, detail), "no quorum"
         end
-        if ttl - elapsed - drift > 0 then return true, fence, least end
+        if ttl - elapsed - drift > 0 then return true, value, least end
     end
     -- Failed: take back what we got, on every server asked, those that
     -- timed out included (the request may have landed).
@@ -444,9 +453,15 @@ local function extend(op, client, key, token, ttl, rep)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
-    local st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
-        function(server) return server:extend(key, token, ttl, rep) end,
-        rep, 1, key, token, format("%d", ttl))
+    local st, v, codes, flags, acked
+    if op and op.extend_script then
+        st, v, codes, flags, acked = ask(client, live, timeout, op.extend_script, flag_reply, op.cannot, rep,
+            op.extend_args(key, token, format("%d", ttl)))
+    else
+        st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
+            function(server) return server:extend(key, token, ttl, rep) end,
+            rep, 1, key, token, format("%d", ttl))
+    end
     local t1 = now()
     mark_down(client, live, st, codes, t1)
     local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
@@ -470,20 +485,27 @@ end
 function _M.extend(client, key, token, ttl, rep) return extend(nil, client, key, token, ttl, rep) end
 
 --- The Redlock strategy of another kind of lock (redlock.shared's read
--- lock), whose extend is the single lock's script: op names its scripts,
+-- lock, redlock.group's group lock): op names its scripts,
 --   op.acquire_script, op.acquire_args(key, token, ttl_s, unfenced, fence
---   key) -> nkeys, keys..., args... (answers {1, fence} | {0, pttl} |
+--   key) -> nkeys, keys..., args... (answers {1, fence...} | {0, pttl} |
 --   {2, m}: misuse); op.release_script, op.release_args(key, token, fence
---   key) -> nkeys, ... (answers 1 or 3 | 0); op.what ("a read lock").
+--   key) -> nkeys, ... (answers 1 or 3, or {held, ...}, | 0 or {0});
+--   op.what ("a read lock"); optionally op.extend_script and
+--   op.extend_args(key, token, ttl_s) (answers 1 | 0; else the single
+--   lock's extend script), op.granted(server, reply) -> true, value (what
+--   a server's grant answers; else its fence) and op.merge(key, live, st,
+--   v) -> value, largest fence (what the granting servers' values come to).
 -- Servers that cannot run its scripts (legacy mode) count as failed.
 function _M.of(op)
     op.acquire_reply = function(server, r)
         if type(r) == "table" and r[1] == 2 then
             return require("redlock.semaphore").misuse(nil, r[2], nil, server, op.what)
         end
+        if op.granted and type(r) == "table" and r[1] == 1 then return op.granted(server, r) end
         return acquire_reply(server, r)
     end
     op.release_reply = function(server, r)
+        if type(r) == "table" then r = r[1] > 0 and 1 or 0 end
         if r == 1 or r == 3 then return true end
         if r == 0 then return false end
         return unexpected(server, op.release_script, r)

@@ -3,7 +3,8 @@
 -- + 1, release. Prints "done <n>" and one line "<key> <times>" per key
 -- taken, and exits 0 when every cycle held its lock; exits 1 on the first
 -- failure, saying why.
--- usage: group_pairs.lua SERVER N SEED KEY...
+-- usage: group_pairs.lua SERVERS N SEED KEY... (SERVERS separated by ";":
+-- several make a Redlock client; the counters are on the first)
 local redlock = require "redlock"
 local core = require "redlock.core"
 local options = require "redlock.options"
@@ -12,8 +13,11 @@ local url, n, seed = ...
 local keys = { select(4, ...) }
 n = tonumber(n)
 math.randomseed(tonumber(seed))
-local client = redlock.new { servers = { url }, ttl = 5000, wait = 60000, retry_delay = 2, retry_jitter = 3 }
-local data = core.conn(options.servers({ url })[1])
+local urls = {}
+for u in url:gmatch("[^;]+") do urls[#urls + 1] = u end
+local client = redlock.new { servers = urls, ttl = 5000, wait = 60000, retry_delay = 2, retry_jitter = 3,
+    server_timeout = #urls > 1 and 500 or nil }
+local data = core.conn(options.servers({ urls[1] })[1])
 local times = {}
 for i = 1, n do
     local a = math.random(#keys)
