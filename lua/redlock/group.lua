@@ -379,7 +379,9 @@ _M.quorum = quorum.of {
             t[i] = keys[i]
             t[n + i] = companion_key(keys[i], WAITERS)
         end
-        t[2 * n + 1], t[2 * n + 2] = token, "all"
+        -- (every key deleted: a Redlock's waiters poll, none is queued)
+        t[2 * n + 1] = token
+        t[2 * n + 2] = "all"
         return 2 * n, unpack(t, 1, 2 * n + 2)
     end,
     extend_script = "group_extend",
