@@ -27,7 +27,7 @@ local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
 local concat, sort = table.concat, table.sort
-local ipairs, type, tostring = ipairs, type, tostring
+local ipairs, type, tostring, setmetatable = ipairs, type, tostring, setmetatable
 
 local _M = { name = "quorum" }
 
@@ -92,6 +92,10 @@ end
 -- WAIT goes with the script to each server, and a server where the script
 -- wrote (st true) but too few replicas acknowledged counts as failed (code
 -- "replicas"); acked[j] is the count where it was enough.
+-- The seq functions of other kinds (see _M.of): they only say the server
+-- cannot run those scripts, so a script's own server error stands.
+local only_cannot = setmetatable({}, { __mode = "k" })
+
 local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     local servers = client.servers
     local st, v, codes, flags, acked, waitfail = {}, {}, {}, {}, {}, {}
@@ -158,7 +162,7 @@ local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     for j, i in ipairs(list) do
         local server = servers[i]
         if not fanout_ops(server) or (codes[j] == "server" and server.mode == "auto"
-            and not waitfail[j]) then
+            and not waitfail[j] and not only_cannot[seq]) then
             local a, b, c = seq(server)
             st[j], v[j], codes[j], flags[j] = a, b, c, nil
             if a and rep then -- acquire: true, fence, acked; extend: true, acked
@@ -514,6 +518,7 @@ function _M.of(op)
         return nil, format("server: %s: %s needs the server's scripts (legacy mode)", server.name, op.what),
             "server"
     end
+    only_cannot[op.cannot] = true
     return {
         name = "quorum",
         acquire = function(client, key, token, ttl, _, _, unfenced, rep, hook)
