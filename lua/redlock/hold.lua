@@ -338,7 +338,7 @@ function _M.reenter(client, key, o, renew)
     if owner == nil then owner = client end
     local by_owner = holds and holds[key]
     local lock = by_owner and by_owner[owner]
-    if lock == nil then return nil end
+    if not lock then return nil end
     if lock.released or _M.lost(lock) then
         _M.forget(lock)
         return nil
