@@ -239,7 +239,8 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         }, Lock)
     end
     -- one that redlock.hold or the replicas' check add to: made with the
-    -- fields they set, which then cost no rehash of the table
+    -- fields they set (and a hash part with room for the rest), which then
+    -- cost no rehash of the table
     local lock = setmetatable({
         key = key,
         token = token,
@@ -248,12 +249,10 @@ local function taken(client, key, token, fence, o, renew, t0, acked)
         ttl = o.ttl,
         expires = t0 + o.valid_ms,
         released = false,
-        holds = 1,
-        lost_reason = false,
         renewal = false,
         renewal_id = false,
         legacy_renewal = false,
-        replicas = acked or 0,
+        replicas = acked, -- (else Lock's 0)
         on_event = o.on_event,
     }, Lock)
     if acked then

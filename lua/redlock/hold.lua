@@ -219,7 +219,6 @@ end
 -- hold and starts its renewal. If the renewal thread cannot start, the lock
 -- is released and the error raised again.
 function _M.taken(lock, o, renew, t0)
-    lock.holds = 1
     lock.on_lost = o.on_lost
     if o.reentrant then
         local client, owner = lock.client, o.owner
