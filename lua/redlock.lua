@@ -424,8 +424,11 @@ local function acquire(client, key, o, wait, renew)
         eviction.check(client, server, o.on_event, show_key(key))
     end
     if ok then
-        if why then -- (conn:grant's lock, never one waiting for replicas; why: when it answered)
-            return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start), nil, nil, why)
+        if why then
+            -- (conn:grant's lock, which never waits for replicas; why: when
+            -- its answer came, the end of this acquire)
+            local lock = taken(client, key, token, v, o, renew, start)
+            return ended(client, o, key, start, 1, lock, nil, nil, why)
         end
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
     end
