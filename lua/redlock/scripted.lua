@@ -143,13 +143,15 @@ end
 -- to the clock. Why that keeps fences strictly increasing across a restart
 -- and a failover: docs/fencing.md ("How a fence is made").
 _M.RAISED_MS = 100
+local RAISED_MS = _M.RAISED_MS
+local FENCE_COUNTER = util.FENCE_COUNTER
 
 -- A fenced grant on server's connection, answered at t: the counter is at
 -- least the clock's value of about then (the script raised it, or a grant
 -- on the same connection came less than RAISED_MS after one that did or
 -- was itself such a grant). connects: conn:connects() of that connection.
 local function raised(server, fence, connects, t)
-    server.raised_until = t + _M.RAISED_MS
+    server.raised_until = t + RAISED_MS
     server.raised_conn = connects
     server.last_fence = fence
 end
@@ -158,18 +160,20 @@ end
 -- INCR of the counter, in one round trip (conn:grant), on a server whose
 -- connection can (not a Cluster, not inside nginx: server.grants) and
 -- whose counter counts as raised to the clock (see RAISED_MS; else the
--- script). Returns true, fence | false (refused: held by another; the pttl
--- is not known) | nil, err, code | "script" when the caller must ask the
--- acquire script instead, with the same token: then a key this call set
--- (with a fence that must not be used: taken on a new connection, or not
--- above the last one this server gave us, e.g. after a FLUSHALL) holds our
--- token, which the script takes as ours, with a fence of its own.
--- t0: before the request; valid_until: when the lock's validity ends (a
--- fence answered later is not used, see redlock.lua's first_attempt).
-function _M.grant(server, key, token, ttl, unfenced, t0, valid_until)
+-- script). Returns true, fence, t (t: now() after the answer) | false
+-- (refused: held by another; the pttl is not known) | nil, err, code |
+-- "script" when the caller must ask the acquire script instead, with the
+-- same token: then a key this call set (with a fence that must not be
+-- used: taken on a new connection, or not above the last one this server
+-- gave us, e.g. after a FLUSHALL) holds our token, which the script takes
+-- as ours, with a fence of its own.
+-- ttl_s: the ttl as a string (ms_string); t0: before the request;
+-- valid_until: when the lock's validity ends (a fence answered later is
+-- not used, see redlock.lua's first_attempt).
+function _M.grant(server, key, token, ttl_s, unfenced, t0, valid_until)
     local conn = server.conn
     if unfenced then
-        local taken, err, code, stale = conn:grant(key, token, ms_string(ttl))
+        local taken, err, code, stale = conn:grant(key, token, ttl_s)
         if taken == 1 then return true, 0 end
         if taken == 0 then return false end
         if stale then return "script" end -- the script path retries
@@ -177,7 +181,8 @@ function _M.grant(server, key, token, ttl, unfenced, t0, valid_until)
     end
     local raised_until = server.raised_until
     if not raised_until or raised_until < t0 then return "script" end
-    local taken, fence, connects, msg = conn:grant(key, token, ms_string(ttl), fence_key(key, false))
+    -- (Server counters only: server.grants is false on a Cluster)
+    local taken, fence, connects, msg = conn:grant(key, token, ttl_s, FENCE_COUNTER)
     if taken == 1 then
         if not fence then
             -- the key is ours without a fence: give it back
@@ -190,13 +195,14 @@ function _M.grant(server, key, token, ttl, unfenced, t0, valid_until)
             -- went back: the script raises it to the clock, which is not
             -- enough when it was lost within the millisecond of our last
             -- grant; so first to past our last fence (never lowering it)
-            server:eval("fence_raise", 1, fence_key(key, false), format("%.0f", last))
+            server:eval("fence_raise", 1, FENCE_COUNTER, format("%.0f", last))
             return "script"
         end
         local t = now()
         if t >= valid_until then return "script" end
-        raised(server, fence, connects, t)
-        return true, fence
+        -- raised(server, fence, connects, t), inline: the hot path
+        server.raised_until, server.last_fence = t + RAISED_MS, fence
+        return true, fence, t
     end
     if taken == 0 then return false end
     -- (a failure: nil, message, code, stale)
@@ -250,7 +256,7 @@ function _M.release_waking(server, key, token)
     local r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
         fence_key(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
-    server.woke_key = r == 3 and key or nil
+    server.woke_key = r == 3 and key
     if r == 3 then return true end
     return r == 1
 end

@@ -36,6 +36,12 @@ function _M.new(spec, mode)
         -- the uncontended acquire may go without a script (conn:grant,
         -- redlock.scripted.grant); a Cluster's takes the scripts' way
         grants = spec.cluster == nil,
+        -- read by every lock (redlock.lua, redlock.scripted): present, so
+        -- that a read does not go on to the metatable
+        refused = false, refused_until = 0, contended = false, woke_key = false,
+        raised_until = false,
+        -- (redlock.detect: the locks auto mode took in legacy mode)
+        legacy_held = false,
     }, Server)
 end
 
