@@ -5,33 +5,79 @@
 #ifndef REDLOCK_SCRIPTS_H
 #define REDLOCK_SCRIPTS_H
 
-/* The fence (Lua text shared by the scripts that grant a lock): one counter
- * per server (per hash slot on a Cluster), for every lock key: INCR, raised
- * to the server's clock when below it (a SET at most once a millisecond);
- * the clock in ms since 2026-01-01 UTC, times 100: strictly increasing
- * across all grants on the server, and, the counter being lost (restart
- * without persistence, failover to a replica that missed it), still above
- * every fence given before as long as the server's clock does not go back
- * (and fewer than 100 locks a millisecond were granted on average, more
- * than one Redis serves). Fences stay below 10^14 until 2057: "%.14g"
- * (tostring on Lua 5.1 and LuaJIT) writes them whole. (TIME needs effects
- * replication before Redis 5: replicate_commands, called first; a server
- * without it, before 3.2, gets the counter alone.) `counter` is the
- * counter's key, or false when the caller asked for no fence. */
+#include <stddef.h>
+
+/* The fence (Lua text shared by the scripts that grant a lock): one
+ * counter per server (per hash slot on a Cluster), for every lock key. On a
+ * server with streams (Redis 5.0+) the counter is a stream kept empty
+ * (MAXLEN 0 keeps its last ID): XADD * answers an ID "ms-seq" the server
+ * makes greater than the stream's last one from its own clock (ms = the
+ * later of its clock and the last ID's ms, seq counting within that ms),
+ * and the fence is (ms - 2026-01-01 UTC) * 100 + seq: every grant raises
+ * the counter to the clock in one atomic command (the acquire without a
+ * script, conn:grant, sends the same XADD). A seq of 100 or more would
+ * reach the next ms's fences: then the next ms's first ID is taken,
+ * explicitly. A stream lost (restart without persistence, failover to a
+ * replica that missed grants, FLUSHALL, eviction) starts again at the
+ * clock: above every fence given before as long as the clock of the
+ * server that answers is not behind the one that gave them (the same
+ * millisecond aside). Without streams (before 5.0: XADD is unknown) the
+ * counter is a string: INCR, raised to TIME when below it (TIME needs
+ * effects replication before Redis 5: replicate_commands, called first;
+ * a server without it, before 3.2, gets the counter alone). A string
+ * counter met on a server with streams (a server upgraded from before
+ * 5.0) is replaced by the stream, counting on above its value. Fences
+ * stay below 10^14 until 2057: "%.14g" (tostring on Lua 5.1 and LuaJIT)
+ * writes them whole. `counter` is the counter's key, or false when the
+ * caller asked for no fence. A failure raises the server's error before
+ * the caller writes anything. */
+#define REDLOCK_FENCE_EPOCH_MS 1767225600000LL
+#define REDLOCK_FENCE_EPOCH "1767225600000"
 #define REDLOCK_SCRIPT_FENCE_FUNCTION                                       \
     "local seeded = redis.replicate_commands and redis.replicate_commands()\n" \
-    "local function fence(counter)\n"                                       \
-    "  if not counter then return 0 end\n"                                  \
+    "local EPOCH = " REDLOCK_FENCE_EPOCH "\n"                               \
+    "local function xadd(counter, id)\n"                                    \
+    "  return redis.pcall('XADD', counter, 'MAXLEN', '0', id, 'f', '1')\n"  \
+    "end\n"                                                                 \
+    "local function failed(r, what)\n"                                      \
+    "  return type(r) == 'table' and r.err and string.find(r.err, what, 1, true)\n" \
+    "end\n"                                                                 \
+    "local function parse(id)\n"                                            \
+    "  local ms, seq = string.match(id, '^(%d+)-(%d+)$')\n"                 \
+    "  return tonumber(ms), tonumber(seq)\n"                                \
+    "end\n"                                                                 \
+    "local function counted(counter)\n"                                     \
     "  local f = redis.call('INCR', counter)\n"                             \
     "  if seeded then\n"                                                    \
     "    local t = redis.call('TIME')\n"                                    \
     "    local base = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-    "      - 1767225600000) * 100\n"                                         \
+    "      - EPOCH) * 100\n"                                                \
     "    if f < base then\n"                                                \
     "      redis.call('SET', counter, string.format('%.0f', base))\n"       \
     "      f = base\n"                                                      \
     "    end\n"                                                             \
     "  end\n"                                                               \
+    "  return f\n"                                                          \
+    "end\n"                                                                 \
+    "local function fence(counter)\n"                                       \
+    "  if not counter then return 0 end\n"                                  \
+    "  local id, floor = xadd(counter, '*'), -1\n"                          \
+    "  if type(id) ~= 'string' then\n"                                      \
+    "    if failed(id, 'nknown') then return counted(counter) end\n"       \
+    "    if failed(id, 'WRONGTYPE') then\n"                                 \
+    "      floor = redis.call('INCR', counter)\n"                           \
+    "      redis.call('DEL', counter)\n"                                    \
+    "    end\n"                                                             \
+    "    id = redis.call('XADD', counter, 'MAXLEN', '0', '*', 'f', '1')\n" \
+    "  end\n"                                                               \
+    "  local ms, seq = parse(id)\n"                                         \
+    "  local f = (ms - EPOCH) * 100 + seq\n"                                \
+    "  if seq < 100 and f > floor then return f end\n"                     \
+    "  if seq >= 100 then f = (ms + 1 - EPOCH) * 100 end\n"                 \
+    "  if f <= floor then f = floor + 1 end\n"                              \
+    "  local s = f % 100\n"                                                 \
+    "  redis.call('XADD', counter, 'MAXLEN', '0',\n"                        \
+    "    string.format('%.0f-%d', (f - s) / 100 + EPOCH, s), 'f', '1')\n"   \
     "  return f\n"                                                          \
     "end\n"
 
@@ -48,6 +94,8 @@
  * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
  * e.g. written by hand), and to a waiter {0, pttl, server ms} (0 without
  * TIME, before Redis 3.2).
+ * The fence is taken before the key is written: a counter that fails
+ * (not a number, out of memory, no permission) leaves nothing held.
  * Every grant takes a new fence, our own token found again included: the
  * fence given with a lost reply was never seen. Our own token already
  * there counts as held by us, with the ttl refreshed: that makes a retry
@@ -104,6 +152,7 @@
     "  end\n"                                                               \
     "  return {0, pttl, now}\n"                                             \
     "end\n"                                                                 \
+    "local f = fence(counter)\n"                                          \
     "if cur then\n"                                                         \
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                           \
     "else\n"                                                                \
@@ -114,7 +163,7 @@
     "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
     "  redis.call('DEL', KEYS[4])\n"                                        \
     "end\n"                                                                 \
-    "return {1, fence(counter)}\n"
+    "return {1, f}\n"
 
 /* KEYS[1] lock key, then either KEYS[2] the waiters queue, or KEYS[2] the
  * waiters queue, KEYS[3] the waiters' data, KEYS[4] the wake-up list,
@@ -224,20 +273,44 @@
 
 /* KEYS[1] lock key, KEYS[2] fence counter. Returns {value or false, pttl,
  * counter}: what `redlock status` shows (the counter: the last fence the
- * server gave, for any key), read in one atomic step. */
+ * server gave, for any key: the fence of the stream's last ID, or the
+ * string counter of a server without streams), read in one atomic step. */
 #define REDLOCK_SCRIPT_STATUS                                               \
-    "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),\n"    \
-    "        tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "local last = 0\n"                                                      \
+    "local kind = redis.call('TYPE', KEYS[2])\n"                            \
+    "kind = type(kind) == 'table' and kind.ok or kind\n"                    \
+    "if kind == 'stream' then\n"                                            \
+    "  local info = redis.call('XINFO', 'STREAM', KEYS[2])\n"              \
+    "  for i = 1, #info - 1, 2 do\n"                                        \
+    "    if info[i] == 'last-generated-id' then\n"                          \
+    "      local ms, seq = parse(info[i + 1])\n"                            \
+    "      last = (ms - EPOCH) * 100 + math.min(seq, 99)\n"                 \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "elseif kind == 'string' then\n"                                        \
+    "  last = tonumber(redis.call('GET', KEYS[2])) or 0\n"                  \
+    "end\n"                                                                 \
+    "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), last}\n"
 
 /* KEYS[1] fence counter; ARGV[1] a fence. Raises the counter to at least
- * the fence, never lowers it; returns the counter. Redlock writes a lock's
- * fence back to the servers that granted it, so that the next majority,
- * which shares a server with this one, counts past it. */
+ * the fence, never lowers it: the stream's last ID to the fence's (an
+ * explicit XADD, refused when the last ID is already higher), or a string
+ * counter's value. Returns 1. Redlock writes a lock's fence back to the
+ * servers that granted it, so that the next majority, which shares a
+ * server with this one, counts past it. */
 #define REDLOCK_SCRIPT_FENCE_RAISE                                          \
-    "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
     "local f = tonumber(ARGV[1])\n"                                        \
-    "if c < f then redis.call('SET', KEYS[1], ARGV[1]) return f end\n"     \
-    "return c\n"
+    "local s = f % 100\n"                                                   \
+    "local r = xadd(KEYS[1], string.format('%.0f-%d', (f - s) / 100 + EPOCH, s))\n" \
+    "if type(r) == 'string' or failed(r, 'smaller') then return 1 end\n"   \
+    "if not (failed(r, 'nknown') or failed(r, 'WRONGTYPE')) then\n"        \
+    "  return redis.call('XADD', KEYS[1], 'MAXLEN', '0', '*', 'f', '1') and 1\n" \
+    "end\n"                                                                 \
+    "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
+    "if c < f then redis.call('SET', KEYS[1], ARGV[1]) end\n"              \
+    "return 1\n"
 
 typedef struct {
     const char *name;
@@ -248,5 +321,7 @@ typedef struct {
 /* The table of scripts, with their SHA-1 names filled in once. */
 redlock_script *redlock_scripts(void);
 const redlock_script *redlock_script_find(const char *name);
+/* The fence of a counter stream's ID, -1 when it gives none (script.c). */
+long long redlock_fence_of_id(const char *s, size_t len);
 
 #endif

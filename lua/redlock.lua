@@ -144,39 +144,44 @@ local REFUSED_MS = 1000
 
 -- The first attempt: on one server in script mode, without a script where
 -- the connection can (redlock.scripted.grant: SET NX PX and the fence's
--- INCR in one round trip), else the acquire script, sent from here; else
+-- XADD in one round trip), else the acquire script, sent from here; else
 -- the strategy's. It is the whole way of an uncontended lock, and each
 -- layer in it costs more than its instructions (the code runs cold after
 -- every reply): going through redlock.single and redlock.scripted cost the
 -- cycle 2-3% of the floor's speed. What the answer means is still theirs.
 -- unfenced: fence = false (no counter touched, no fence answered). rep:
 -- the options when the lock waits for replicas (the strategy's way). t0:
--- before the first request.
+-- before the first request. Answers as a strategy's acquire, and, when the
+-- script answered after grant had sent its own request, the time before
+-- the script's request (the lock's validity counts from it: the script
+-- set or refreshed the key's ttl after it).
 local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
     local server = client.one
     if not server or server.ops ~= scripted or rep then
         return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
     end
+    local set, since
     if server.grants and (server.refused ~= key or server.refused_until < t0) then
-        -- The fence's INCR runs after the SET, but maybe not right after it:
-        -- had the key expired in between, a next holder's INCR could have
-        -- come first. Then the answer comes after the validity ran out, and
-        -- grant does not use the fence: the script answers instead.
-        local ok, v, code = grant(server, key, token, ttl, unfenced, t0, expiry(client, t0, ttl))
+        local ok, v, code = grant(server, key, token, ttl, unfenced, expiry(client, t0, ttl))
         if ok == true then
             return true, v
         elseif ok == false then
             server.refused, server.refused_until = key, t0 + REFUSED_MS
         elseif ok == nil then
             return single.acquired(server, nil, v, code)
+        else
+            set, since = v, now()
         end
         -- ("script", or a refusal: the script says the holder's pttl)
     end
+    local taken, v, at, stale
     if unfenced then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+        taken, v, at = client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+        if taken == nil and set then scripted.release(server, key, token) end
+        return taken, v, at, nil, nil, since
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
-    local taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     end
@@ -184,8 +189,13 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then
         server.refused = nil
+    elseif taken == nil and set then
+        -- the key grant set may hold our token: given back (best effort;
+        -- else its ttl ends it)
+        scripted.release(server, key, token)
     end
-    return single.acquired(server, scripted.answer(server, taken, v, at))
+    local ok, fence, acked = single.acquired(server, scripted.answer(server, taken, v, at))
+    return ok, fence, acked, nil, nil, since
 end
 
 -- A lock that replicas acknowledged too late: its validity ran out while
@@ -382,7 +392,7 @@ local function acquire(client, key, o, wait, renew)
         end
         server.contended = nil
     end
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
+    local ok, v, where, why, why_code, since = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
         o.on_event, start)
     -- a server met for the first time: can it evict a held lock? (once;
     -- Redlock's servers: redlock.quorum)
@@ -390,7 +400,7 @@ local function acquire(client, key, o, wait, renew)
         eviction.check(client, server, o.on_event, show_key(key))
     end
     if ok then
-        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
+        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, since or start, where))
     end
     if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1) end

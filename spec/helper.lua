@@ -483,6 +483,23 @@ function _M.median(t)
     return s[math.floor((#s + 1) / 2)]
 end
 
+--- The last fence a server's counter gave (what `redlock status` shows),
+-- as a string of digits: the stream's last ID as a fence (Redis 5.0+), or
+-- a string counter's value; "0" when there is none. data: a conn.
+function _M.last_fence(data, counter)
+    counter = counter or "redlock:fences"
+    local kind = data:command("TYPE", counter)
+    if kind == "string" then return data:command("GET", counter) end
+    if kind ~= "stream" then return "0" end
+    local info = data:command("XINFO", "STREAM", counter)
+    for i = 1, #info - 1, 2 do
+        if info[i] == "last-generated-id" then
+            local ms, seq = info[i + 1]:match("^(%d+)%-(%d+)$")
+            return string.format("%.0f", (tonumber(ms) - 1767225600000) * 100 + math.min(tonumber(seq), 99))
+        end
+    end
+end
+
 --- Whether cond() becomes true within ms (looked at every 20 ms, and once
 -- more at the end).
 function _M.eventually(ms, cond)
