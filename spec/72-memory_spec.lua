@@ -204,7 +204,7 @@ describe("a full memory (noeviction)", function()
                 -- a waiter behind a holder: in legacy mode (only reads
                 -- while the key is held) it waits and gives up as usual; in
                 -- script mode its first attempt may be SET NX PX with the
-                -- fence's INCR (redlock.scripted.grant), which a full memory
+                -- fence's XADD (redlock.scripted.grant), which a full memory
                 -- refuses before it can say the key is held: `server`, OOM,
                 -- at once; or the acquire script, which is let go on under
                 -- OOM (its waiters queue entry made, then removed when it

@@ -494,10 +494,22 @@ function _M.last_fence(data, counter)
     local info = data:command("XINFO", "STREAM", counter)
     for i = 1, #info - 1, 2 do
         if info[i] == "last-generated-id" then
-            local ms, seq = info[i + 1]:match("^(%d+)%-(%d+)$")
-            return string.format("%.0f", (tonumber(ms) - 1767225600000) * 100 + math.min(tonumber(seq), 99))
+            local ms, n = info[i + 1]:match("^(%d+)%-(%d+)$")
+            return string.format("%.0f", (tonumber(ms) - 1767225600000) * 100 + math.min(tonumber(n), 99))
         end
     end
+end
+
+--- Sets a server's fence counter so that its next fence is fence + 1 (a
+-- stream whose last ID is that fence's; on a server without streams, a
+-- string counter). data: a conn.
+function _M.set_fence(data, fence, counter)
+    counter = counter or "redlock:fences"
+    data:command("DEL", counter)
+    local n = fence % 100
+    local r = data:command("XADD", counter, "MAXLEN", "0",
+        string.format("%.0f-%d", (fence - n) / 100 + 1767225600000, n), "f", "1")
+    if r == nil then data:command("SET", counter, string.format("%.0f", fence)) end
 end
 
 --- Whether cond() becomes true within ms (looked at every 20 ms, and once

@@ -216,10 +216,10 @@ end
 
 -- The next fence of a counter stream above `floor`, the way the acquire
 -- script takes one (csrc/scripts.h): XADD's ID, or when that gives no
--- fence (a seq over 99) or not above floor, the ID of the next fence by an
+-- fence (a seq over 99) or not one above `above`, the ID of the next fence by an
 -- explicit XADD (refused when another client's came first: then again).
 -- id: an XADD's answer already in hand, or nil. true, fence | nil, err, code.
-local function stream_fence(server, counter, floor, id)
+local function stream_fence(server, counter, above, id)
     for _ = 1, MAX_TRIES do
         if not id then
             local err, code
@@ -227,10 +227,10 @@ local function stream_fence(server, counter, floor, id)
             if id == nil then return nil, err, code end
         end
         local f = fence_of(id)
-        if f and f > floor then return true, f end
+        if f and f > above then return true, f end
         local ms = tonumber(match(id, "^(%d+)%-"))
         if not ms then return unexpected(server, "XADD", id) end
-        f = max(floor + 1, f or (ms + 1 - FENCE_EPOCH_MS) * 100)
+        f = max(above + 1, f or (ms + 1 - FENCE_EPOCH_MS) * 100)
         local seq = f % 100
         local r, err, code = cmd(server, "XADD", counter, "MAXLEN", "0",
             format("%.0f-%d", (f - seq) / 100 + FENCE_EPOCH_MS, seq), "f", "1")
@@ -486,9 +486,9 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
         if r == nil and failed == "XADD" and code == "server" and find(err, "WRONGTYPE", 1, true) then
             -- a string counter (from before Redis 5): the stream replaces
             -- it; the key now holds our token, which we look at again
-            r, err, code = convert(server, steps[3][2])
-            if r == nil then return nil, err, code end
-            r = null
+            local ok
+            ok, err, code = convert(server, steps[3][2])
+            if ok == nil then return nil, err, code end
         elseif r == nil then
             if not lost_cap(caps, err, code, failed) then return nil, err, code end
             if not caps.watch then return bare.acquire(server, caps, key, token, ttl, unfenced) end

@@ -136,7 +136,8 @@ end
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
 -- csrc/scripts.h), in one round trip (conn:grant), on a server whose
--- connection can (not a Cluster, not inside nginx: server.grants).
+-- connection can (not a Cluster, not inside nginx, and once a script ran:
+-- server.grants).
 -- Returns true, fence | false (refused: held by another; the pttl is not
 -- known) | nil, err, code | "script", set when the caller must ask the
 -- acquire script instead, with the same token; set: the key may hold our
@@ -164,7 +165,7 @@ function _M.grant(server, key, token, ttl, unfenced, valid_until)
         end
         if fence < 0 then
             -- (-2: no streams, before Redis 5: the script's counter, always)
-            if fence == -2 then server.grants = false end
+            if fence == -2 then server.grants, server.can_grant = false, false end
             return "script", true
         end
         if not unfenced and now() >= valid_until then return "script", true end
@@ -183,7 +184,10 @@ end
 -- validity counts from (redlock.notify): kept in server.refused_at.
 function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
-    if taken == 1 and v then return true, v
+    if taken == 1 and v then
+        -- scripting works here: the next acquire may go without a script
+        if not server.grants then server.grants = server.can_grant end
+        return true, v
     end
     if taken == 0 and v then
         if at then server.refused_at = at end
