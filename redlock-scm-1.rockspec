@@ -44,6 +44,7 @@ build = {
       ["redlock.options"] = "lua/redlock/options.lua",
       ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
       ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",
+      ["redlock.ngx_pubsub"] = "lua/redlock/ngx_pubsub.lua",
       ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
       ["redlock.ngx_cluster"] = "lua/redlock/ngx_cluster.lua",
       ["redlock.quorum"] = "lua/redlock/quorum.lua",

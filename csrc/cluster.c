@@ -57,8 +57,20 @@ int redlock_cluster_add(redlock_cluster *c, redlock_conn *node) {
         c->nodes = nodes;
         c->cap = cap;
     }
+    node->on_socket = c->track; /* a node's new sockets are tracked as they open */
+    node->on_socket_arg = c->track_arg;
     c->nodes[c->n++] = node;
     return 0;
+}
+
+void redlock_cluster_set_track(redlock_cluster *c, void (*track)(void *arg, int fd), void *arg) {
+    int i;
+    c->track = track;
+    c->track_arg = arg;
+    for (i = 0; i < c->n; i++) {
+        c->nodes[i]->on_socket = track;
+        c->nodes[i]->on_socket_arg = arg;
+    }
 }
 
 /* The index of the node at host:port, added (with the first node's

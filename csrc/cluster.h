@@ -59,6 +59,10 @@ int redlock_cluster_redirected(struct redlock_conn *u, const char *err, size_t l
  * callback its socket, if u has one. */
 void redlock_cluster_track(struct redlock_conn *u, struct redlock_conn *node);
 
+/* Sets c's track callback, and makes it every node's on_socket (conn.h),
+ * those added later too. */
+void redlock_cluster_set_track(redlock_cluster *c, void (*track)(void *arg, int fd), void *arg);
+
 /* ms on CLOCK_MONOTONIC (core.now()'s clock), for deadlines in C. */
 double redlock_mono_ms(void);
 

@@ -16,9 +16,12 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -101,8 +104,9 @@ static int io_error(conn_ud *u, int saved_errno, const char *doing) {
         snprintf(u->err, ERRLEN, "connection: %s: timed out after %d ms %s",
                  u->name, u->timeout_ms, doing);
     else
-        snprintf(u->err, ERRLEN, "connection: %s: lost the connection %s (%s)",
-                 u->name, doing, u->ctx ? u->ctx->errstr : "no context");
+        snprintf(u->err, ERRLEN, "connection: %s: lost the connection %s (%s%s)",
+                 u->name, doing, u->ctx ? u->ctx->errstr : "no context",
+                 redlock_tls_plain_hint(u, u->ctx != NULL && !u->answered));
     return timed_out;
 }
 
@@ -112,8 +116,12 @@ static int flush_obuf(conn_ud *u);
 /* redisGetReply, but reading through the TLS session when there is one. */
 static int get_reply(conn_ud *u, void **reply) {
     char buf[16384];
-    if (u->ssl == NULL)
-        return redisGetReply(u->ctx, reply);
+    if (u->ssl == NULL) {
+        int rc = redisGetReply(u->ctx, reply);
+        if (rc == REDIS_OK)
+            u->answered = 1;
+        return rc;
+    }
     *reply = NULL;
     for (;;) {
         long n;
@@ -175,6 +183,7 @@ int redlock_conn_connect_direct(conn_ud *u) {
         return E_CONNECTION;
     }
     u->gen = redlock_fork_generation();
+    u->answered = 0;
     if (u->ctx->err) {
         if (strstr(u->ctx->errstr, "timed out") != NULL)
             snprintf(u->err, ERRLEN, "connection: %s: could not connect (timed out after %d ms)",
@@ -185,6 +194,8 @@ int redlock_conn_connect_direct(conn_ud *u) {
         free_ctx(u);
         return E_CONNECTION;
     }
+    if (u->on_socket != NULL)
+        u->on_socket(u->on_socket_arg, u->ctx->fd);
     if (u->timeout_ms > 0 && redisSetTimeout(u->ctx, ms_to_tv(u->timeout_ms)) != REDIS_OK) {
         snprintf(u->err, ERRLEN, "connection: %s: could not set the timeout (%s)", u->name,
                  u->ctx->errstr);
@@ -267,6 +278,47 @@ void redlock_conn_before_use(redlock_conn *u) {
         redlock_sentinel_recheck(u, u->sentinels->check_ms);
 }
 
+/* Waits until u's reply can be read, with poll(): precise to the ms, where
+ * SO_RCVTIMEO's timer, for a wait of seconds, may fire tens of ms late (a
+ * waiter's last block ends at its deadline), and watching the +switch-master
+ * subscription of a Sentinel-managed conn too. 1: readable; 0: u's reply
+ * timeout passed; -1: the master moved. */
+static int await_reply(conn_ud *u) {
+    double deadline = u->timeout_ms > 0 ? redlock_mono_ms() + u->timeout_ms : -1;
+    if (u->ssl != NULL && SSL_pending(u->ssl) > 0)
+        return 1;
+    for (;;) {
+        struct pollfd p[2];
+        int sub = redlock_sentinel_sub_fd(u), nfds = sub >= 0 ? 2 : 1, left = -1, r;
+        if (deadline >= 0) {
+            left = (int)ceil(deadline - redlock_mono_ms());
+            if (left <= 0)
+                return 0;
+        }
+        p[0].fd = u->ctx->fd;
+        p[0].events = POLLIN;
+        p[0].revents = 0;
+        p[1].fd = sub;
+        p[1].events = POLLIN;
+        p[1].revents = 0;
+        r = poll(p, (nfds_t)nfds, left);
+        if (r < 0 && errno != EINTR)
+            return 1; /* the read says what failed */
+        if (r > 0 && p[0].revents != 0)
+            return 1;
+        if (r > 0 && nfds == 2 && p[1].revents != 0 && redlock_sentinel_moved(u))
+            return -1;
+    }
+}
+
+/* Whether the command blocks on the server until an element comes (a
+ * waiter's BLPOP). */
+static int is_blocking(int argc, const char **argv, const size_t *argvlen) {
+    size_t len = argvlen != NULL ? argvlen[0] : strlen(argv[0]);
+    return argc > 0 && len == 5 && (strncasecmp(argv[0], "BLPOP", 5) == 0 ||
+                                    strncasecmp(argv[0], "BRPOP", 5) == 0);
+}
+
 /* One round trip. On failure u->err holds the message, the context is
  * dropped (the next call reconnects), and *stale says whether a retry on a
  * fresh connection is sensible. */
@@ -298,6 +350,24 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
     }
     if (cmd != stack)
         free(cmd);
+    if (is_blocking(argc, argv, argvlen) && flush_obuf(u) == 0) {
+        /* BLPOP: ends at its time exactly, and, on a Sentinel-managed
+         * master, at once when the sentinels announce a failover (the
+         * caller asks again, on the new master) */
+        int w = await_reply(u);
+        if (w <= 0) {
+            if (w < 0)
+                snprintf(u->err, ERRLEN,
+                         "connection: %s: the master moved (+switch-master) during the wait",
+                         u->name);
+            else
+                snprintf(u->err, ERRLEN, "connection: %s: timed out after %d ms waiting for a reply",
+                         u->name, u->timeout_ms);
+            *stale = w < 0 ? 2 : 0;
+            free_ctx(u);
+            return E_CONNECTION;
+        }
+    }
     if (flush_obuf(u) != 0 || get_reply(u, &reply) != REDIS_OK) {
         saved = errno;
         timed_out = io_error(u, saved, "waiting for a reply");
@@ -381,7 +451,10 @@ static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
     lua_pushnil(L);
     lua_pushstring(L, u->err);
     lua_pushstring(L, code_words[code]);
-    lua_pushboolean(L, stale);
+    if (stale == 2)
+        lua_pushliteral(L, "moved"); /* a Sentinel switch ended a BLPOP (truthy: retry) */
+    else
+        lua_pushboolean(L, stale);
     return 4;
 }
 
@@ -966,6 +1039,8 @@ static int opt_sentinels(lua_State *L, conn_ud *u) {
     if (s == NULL)
         return luaL_error(L, "out of memory");
     s->check_ms = opt_int(L, 1, "sentinel_check", 1000, 1, 86400000);
+    if (redlock_sentinels_subscribe(s) != 0)
+        return luaL_error(L, "out of memory");
     s->master_name = dup_or_null(L, master);
     s->nodes = calloc((size_t)n, sizeof(redlock_conn *));
     if (s->nodes == NULL)
@@ -1115,6 +1190,8 @@ static int conn_clone(lua_State *L) {
     lua_setmetatable(L, -2);
     if (copy_settings(u, src) != 0)
         return luaL_error(L, "out of memory"); /* __gc frees the partial copy */
+    if (src->sentinels != NULL) /* same thread: the same +switch-master subscription */
+        redlock_sentinels_share(u->sentinels, src->sentinels);
     return 1;
 }
 

@@ -20,6 +20,7 @@ typedef struct redlock_conn {
     int port, db;
     int connect_timeout_ms, timeout_ms;
     int closed;
+    int answered; /* ctx has read a reply (a reset before that: see tls.h's plain hint) */
     unsigned gen; /* the fork generation (token.h) ctx was made in */
     unsigned long connects; /* connections made so far (redlock.detect re-checks on a new one;
                                conn:grant tells it) */
@@ -28,6 +29,13 @@ typedef struct redlock_conn {
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
     redlock_sentinels *sentinels;   /* NULL: host and port are fixed */
     redlock_cluster *cluster;       /* non-NULL: a Cluster; ctx stays NULL, nodes own theirs */
+    /* Told of each new socket of this conn as soon as it exists, before
+     * the TLS handshake, AUTH and SELECT (conn.c and the fan-out): the
+     * renewal thread dups it there so that close() can shut down a
+     * connection it is still setting up (csrc/renew.c). NULL: nobody.
+     * Not copied by clone. */
+    void (*on_socket)(void *arg, int fd);
+    void *on_socket_arg;
     char name[128];
     char err[REDLOCK_CONN_ERRLEN]; /* the last failure's message */
 } redlock_conn;

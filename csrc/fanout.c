@@ -166,11 +166,14 @@ static void start_connect(slot *s) {
     }
     u->ctx = c;
     u->gen = redlock_fork_generation();
+    u->answered = 0;
     if (c->err) {
         s->state = S_CONNECTING; /* (nothing sent: see fail) */
         fail(s, RC_CONNECTION, F_NONE, "could not connect (%s)", c->errstr);
         return;
     }
+    if (u->on_socket != NULL)
+        u->on_socket(u->on_socket_arg, c->fd);
     if (u->password != NULL) {
         const char *argv[3] = {"AUTH", u->username, u->password};
         int argc = 3;
@@ -374,15 +377,18 @@ static void take_replies(batch *b, slot *s) {
 static int absorb(batch *b, slot *s, const char *buf, long n, const char *why) {
     if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s)", why);
+            fail(s, RC_CONNECTION, stale_flag(s), "lost the connection waiting for a reply (%s%s)",
+                 why, redlock_tls_plain_hint(s->u, !s->reused && !s->got_bytes));
         return 0;
     }
     if (n == 0) {
         fail(s, RC_CONNECTION, stale_flag(s),
-             "lost the connection waiting for a reply (closed by the server)");
+             "lost the connection waiting for a reply (closed by the server%s)",
+             redlock_tls_plain_hint(s->u, !s->reused && !s->got_bytes));
         return 0;
     }
     s->got_bytes = 1;
+    s->u->answered = 1;
     if (redisReaderFeed(s->u->ctx->reader, buf, (size_t)n) != REDIS_OK) {
         fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", s->u->ctx->reader->errstr);
         return 0;

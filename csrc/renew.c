@@ -275,8 +275,10 @@ static void untrack(renewer *r, int i) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Connects server i unless connected, and records a dup of the socket so
- * that close() can shut it down. -1 when stopping or on failure. */
+/* Connects server i unless connected; the socket's dup that close() shuts
+ * down is taken by track_node (the conn's on_socket) as soon as the socket
+ * exists, before AUTH and the TLS handshake. -1 when stopping or on
+ * failure. */
 static int connect_tracked(renewer *r, int i, char *err) {
     redlock_conn *c = r->conns[i];
     int stopping;
@@ -292,11 +294,9 @@ static int connect_tracked(renewer *r, int i, char *err) {
     }
     if (redlock_conn_ensure(c) != 0) {
         snprintf(err, ERRLEN, "%s", c->err);
+        untrack(r, i); /* the dup of a socket that failed during its set-up */
         return -1;
     }
-    pthread_mutex_lock(&r->mu);
-    r->dupfd[i] = dup(conn_fd(c)); /* -1: close just waits longer */
-    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
@@ -997,9 +997,14 @@ static int renewer_new(lua_State *L) {
          * and their sockets are tracked for close() */
         redlock_conn_set_timeouts(ud->r->conns[i], ud->r->conns[i]->connect_timeout_ms,
                                   ud->r->conns[i]->timeout_ms);
+        /* every socket the thread opens is dup'ed as soon as it exists, so
+         * that close() never waits for a connection's set-up (a Cluster's
+         * nodes, which carry its commands, too) */
         if (ud->r->conns[i]->cluster != NULL) {
-            ud->r->conns[i]->cluster->track = track_node;
-            ud->r->conns[i]->cluster->track_arg = &ud->r->tracks[i];
+            redlock_cluster_set_track(ud->r->conns[i]->cluster, track_node, &ud->r->tracks[i]);
+        } else {
+            ud->r->conns[i]->on_socket = track_node;
+            ud->r->conns[i]->on_socket_arg = &ud->r->tracks[i];
         }
         /* the fan-out's limit: the longest of the (capped) reply timeouts */
         if (i == 0 || ud->r->conns[i]->timeout_ms > ud->r->timeout_ms)

@@ -7,9 +7,11 @@
 #define _GNU_SOURCE
 #include "sentinel.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <hiredis/hiredis.h>
 
@@ -126,6 +128,147 @@ static int set_address(redlock_conn *u, const char *host, int port) {
     return 0;
 }
 
+/* --- the +switch-master subscription ----------------------------------- */
+
+#define SWITCH_CHANNEL "+switch-master"
+
+static void sub_close(redlock_sentinel_sub *sub) {
+    if (sub->conn != NULL) {
+        redlock_conn_free(sub->conn);
+        sub->conn = NULL;
+    }
+}
+
+static int sub_open(const redlock_sentinel_sub *sub) {
+    return sub != NULL && sub->conn != NULL && sub->conn->ctx != NULL;
+}
+
+/* A message on the channel: "<name> <old ip> <old port> <new ip> <new
+ * port>"; one that names our master counts as a switch. */
+static void on_message(redlock_sentinels *s, const redisReply *r) {
+    redlock_sentinel_sub *sub = s->sub;
+    const redisReply *m;
+    const char *w[5];
+    size_t len[5], name = strlen(s->master_name);
+    const char *p;
+    char *end;
+    long port;
+    int i;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(r->element[0]->str, "message") != 0)
+        return;
+    m = r->element[2];
+    if (m->type != REDIS_REPLY_STRING)
+        return;
+    /* the five words (hiredis ends the string with a NUL) */
+    for (i = 0, p = m->str; i < 5; i++) {
+        while (*p == ' ')
+            p++;
+        w[i] = p;
+        while (*p != ' ' && *p != '\0')
+            p++;
+        len[i] = (size_t)(p - w[i]);
+        if (len[i] == 0)
+            return;
+    }
+    if (len[0] != name || memcmp(w[0], s->master_name, name) != 0 || len[3] >= sizeof sub->host)
+        return;
+    port = strtol(w[4], &end, 10);
+    if (end != w[4] + len[4] || port < 1 || port > 65535)
+        return;
+    memcpy(sub->host, w[3], len[3]);
+    sub->host[len[3]] = '\0';
+    sub->port = (int)port;
+    sub->switches++;
+}
+
+/* Reads what the subscription has received, without blocking; closes it
+ * when the sentinel went away (the next check subscribes again). */
+static void sub_drain(redlock_sentinels *s) {
+    redlock_sentinel_sub *sub = s->sub;
+    char buf[4096];
+    if (!sub_open(sub))
+        return;
+    redlock_conn_before_use(sub->conn); /* a fork: the child subscribes anew */
+    while (sub->conn->ctx != NULL) {
+        redisContext *c = sub->conn->ctx;
+        long n;
+        void *reply = NULL;
+        if (sub->conn->ssl != NULL) {
+            n = redlock_tls_read(sub->conn, buf, sizeof buf, 1);
+        } else {
+            do {
+                n = (long)recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+            } while (n < 0 && errno == EINTR);
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0 || redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+            sub_close(sub);
+            return;
+        }
+        for (;;) {
+            if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
+                sub_close(sub);
+                return;
+            }
+            if (reply == NULL)
+                break;
+            on_message(s, (redisReply *)reply);
+            freeReplyObject(reply);
+        }
+    }
+}
+
+/* Subscribes on one sentinel (each try the next one), unless subscribed or
+ * a try failed less than check_ms ago: a dead sentinel costs one short
+ * timeout per check_ms, as the periodic check does. */
+static void sub_ensure(redlock_sentinels *s) {
+    redlock_sentinel_sub *sub = s->sub;
+    const char *argv[2] = {"SUBSCRIBE", SWITCH_CHANNEL};
+    redisReply *r = NULL;
+    int stale = 0, ok;
+    double t;
+    if (sub == NULL || sub_open(sub))
+        return;
+    t = redlock_mono_ms();
+    if (t < sub->retry_at)
+        return;
+    sub->retry_at = t + s->check_ms;
+    sub_close(sub);
+    sub->conn = redlock_conn_clone(s->nodes[sub->next % s->n]);
+    sub->next = (sub->next + 1) % s->n;
+    if (sub->conn == NULL)
+        return;
+    ok = redlock_conn_round_trip(sub->conn, 2, argv, NULL, &r, &stale) == 0 &&
+         r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+         r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "subscribe") == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (!ok)
+        sub_close(sub);
+}
+
+/* Whether the subscription has announced a switch this conn has not
+ * followed yet (it is followed now: the caller connects again). */
+static int switched(redlock_sentinels *s) {
+    if (s->sub == NULL)
+        return 0;
+    sub_drain(s);
+    if (s->seen == s->sub->switches)
+        return 0;
+    s->seen = s->sub->switches;
+    s->follow = 1;
+    return 1;
+}
+
+int redlock_sentinel_sub_fd(const redlock_conn *u) {
+    const redlock_sentinels *s = u->sentinels;
+    return s != NULL && sub_open(s->sub) ? s->sub->conn->ctx->fd : -1;
+}
+
+int redlock_sentinel_moved(redlock_conn *u) { return u->sentinels != NULL && switched(u->sentinels); }
+
 /* 1 when ROLE says master, 0 when not (u->err says what), -1 on failure. */
 static int is_master(redlock_conn *u) {
     const char *argv[1] = {"ROLE"};
@@ -149,8 +292,33 @@ static int is_master(redlock_conn *u) {
     return master;
 }
 
+/* After a +switch-master: the master it named, before asking the
+ * sentinels (another sentinel than the one that announced it may not know
+ * yet). 0 when connected to it and it is a master. */
+static int connect_announced(redlock_conn *u) {
+    redlock_sentinel_sub *sub = u->sentinels->sub;
+    if (sub->port == 0 || set_address(u, sub->host, sub->port) != 0 ||
+        redlock_conn_connect_direct(u) != 0)
+        return -1;
+    u->sentinels->checked_ms = redlock_mono_ms();
+    if (is_master(u) == 1)
+        return 0;
+    redlock_conn_drop(u);
+    return -1;
+}
+
 int redlock_sentinel_connect(redlock_conn *u) {
     int round, rc = 1;
+    redlock_sentinels *s = u->sentinels;
+    if (s->sub != NULL) {
+        switched(s);
+        sub_ensure(s);
+        if (s->follow) {
+            s->follow = 0;
+            if (connect_announced(u) == 0)
+                return 0;
+        }
+    }
     for (round = 0; round < ROUNDS; round++) {
         char host[256];
         int port = 0;
@@ -165,8 +333,10 @@ int redlock_sentinel_connect(redlock_conn *u) {
             continue; /* the sentinels may not know yet that it died */
         /* now, so that ROLE's round trip does not check again */
         u->sentinels->checked_ms = redlock_mono_ms();
-        if (is_master(u) == 1)
+        if (is_master(u) == 1) {
+            sub_ensure(s);
             return 0;
+        }
         redlock_conn_drop(u);
         if (strncmp(u->err, "server:", 7) == 0)
             return 2; /* ROLE refused (an ACL without +role): asking again will not help */
@@ -181,6 +351,11 @@ void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
     char host[256], why[ERRLEN];
     int port = 0;
     enum answer a;
+    if (switched(s)) {
+        redlock_conn_drop(u); /* the next use connects to the master announced */
+        return;
+    }
+    sub_ensure(s);
     if (max_age_ms > s->check_ms)
         max_age_ms = s->check_ms;
     if (t - s->checked_ms < max_age_ms)
@@ -251,10 +426,30 @@ redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
     return s;
 }
 
+int redlock_sentinels_subscribe(redlock_sentinels *s) {
+    s->sub = calloc(1, sizeof *s->sub);
+    if (s->sub == NULL)
+        return -1;
+    s->sub->refs = 1;
+    return 0;
+}
+
+void redlock_sentinels_share(redlock_sentinels *dst, const redlock_sentinels *src) {
+    if (src->sub == NULL || dst->sub != NULL)
+        return;
+    dst->sub = src->sub;
+    dst->sub->refs++;
+    dst->seen = src->sub->switches;
+}
+
 void redlock_sentinels_free(redlock_sentinels *s) {
     int i;
     if (s == NULL)
         return;
+    if (s->sub != NULL && --s->sub->refs == 0) {
+        sub_close(s->sub);
+        free(s->sub);
+    }
     for (i = 0; i < s->n; i++)
         redlock_conn_free(s->nodes[i]);
     free(s->nodes);

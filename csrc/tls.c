@@ -358,6 +358,12 @@ int redlock_tls_handshake(redlock_conn *u) {
     return r;
 }
 
+const char *redlock_tls_plain_hint(const redlock_conn *u, int fresh) {
+    if (!fresh || u->tls != NULL || u->path != NULL)
+        return "";
+    return "; the server may want TLS (rediss://)";
+}
+
 void redlock_tls_timed_out(redlock_conn *u, int ms) {
     snprintf(u->err, ERRLEN,
              "connection: %s: TLS handshake timed out after %d ms (no TLS answer: a "

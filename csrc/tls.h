@@ -40,6 +40,12 @@ int redlock_tls_flush(struct redlock_conn *u);
  * EAGAIN when nonblock and nothing is there, or on the reply timeout). */
 long redlock_tls_read(struct redlock_conn *u, char *buf, size_t len, int nonblock);
 
+/* What to add to "lost the connection ... (why)" when a plaintext TCP
+ * connection (u has no TLS) was lost before its server sent a single byte
+ * (fresh): a TLS port resets a client that speaks RESP to it. "" else. The
+ * counterpart of the handshake's "a plaintext server, not TLS?". */
+const char *redlock_tls_plain_hint(const struct redlock_conn *u, int fresh);
+
 void redlock_tls_settings_free(redlock_tls *t);
 int redlock_tls_settings_copy(redlock_tls *dst, const redlock_tls *src); /* -1: no memory */
 

@@ -290,6 +290,15 @@ end
 -- jitter; either way never past the holder's expiry (the reply's pttl) nor
 -- past the deadline. A woken waiter that a newcomer beats waits again with
 -- what is left of its budget.
+-- It ends at the deadline, not a round trip or two after it: the last
+-- block or sleep ends when only what follows it fits (a round trip is the
+-- fastest an attempt took): leaving the queue, for a waiter that a release
+-- hands the lock to; one more attempt (and leaving the queue after it) for
+-- the others; and no attempt is sent whose answer would come more than
+-- half a round trip late. The last block ends on this side of the
+-- connection if the server is late (redlock.notify). Leaving the queue
+-- learns of a hand-off that came meanwhile, so a release at the last
+-- moment still hands over.
 local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
     local hook = o.on_event
     local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
@@ -309,13 +318,81 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
     local deadline = start + wait
     local v = pttl
     local t0 = start -- before each attempt
+    -- one round trip: the fastest attempt so far (the first may include
+    -- a connect); 0 until one is measured
+    local rtt = attempts > 0 and now() - start or 0
     -- before the attempt whose refusal a hand-off's server time counts from
     -- (redlock.notify; an attempt that failed, e.g. TRYAGAIN, is no refusal)
     local t_refused = start
     local waited, relisted = false, false
     while true do
+        -- what an attempt costs from here to the end: its round trip, and
+        -- leaving the queue after it (a notified waiter is in the queue
+        -- after the attempt); and what ending costs: leaving the queue
+        local try_cost = notified and 2 * rtt or rtt
+        local end_cost = waiting and rtt or 0
         local left = deadline - now()
-        if left <= 0 then
+        local tried = false
+        if left > end_cost then
+            if not (notified and waiting == nil) then
+                -- the last block ends when only what follows it fits: the
+                -- leave for a waiter that a release hands the lock to (a
+                -- timed-out block means no release came), an attempt and
+                -- the leave for the others
+                local bound, final = left - (mine and end_cost or try_cost), true
+                if v >= 0 and v + 1 < bound then bound, final = v + 1, false end
+                if notified and bound > RECHECK_MS then bound, final = RECHECK_MS, false end
+                if bound > 0 then
+                    local blocked, fence, since
+                    if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine, final) end
+                    if blocked == "handed" then
+                        return ended(client, o, key, start, attempts,
+                            handed(client, key, token, o, renew, t_refused, fence, since))
+                    end
+                    if not blocked then
+                        -- a server that has just refused BLPOP: polled from now on,
+                        -- so at once in the queue again as a waiter only woken
+                        -- (redlock.scripted), not one a release hands the lock to
+                        if mine and server and server.no_notify and not relisted then
+                            relisted = true
+                        else
+                            local delay = o.retry_delay + jitter(o.retry_jitter)
+                            client.transport.sleep(delay < bound and delay or bound)
+                        end
+                    end
+                    waited = true
+                end
+            end
+            t0 = now()
+            -- an attempt whose answer comes by the deadline, or within half
+            -- a round trip of it (the last one, after the last block)
+            if deadline - t0 > try_cost / 2 then
+                tried = true
+                -- how long its next block lasts at most (at least 1 ms): its place
+                -- in the queue lasts that long (and a second) without a new attempt
+                if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
+                local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced,
+                    rep, hook)
+                attempts = attempts + 1
+                local took = now() - t0
+                if rtt == 0 or took < rtt then rtt = took end
+                if ok then
+                    if server and not waited then server.contended = nil end
+                    return ended(client, o, key, start, attempts,
+                        taken(client, key, token, v2, o, renew, t0, where2))
+                end
+                if ok == false then
+                    v, where, t_refused = v2, where2, t0
+                elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
+                    local lock = waiting and leave(client, key, token, o, renew, t_refused)
+                    if lock then return ended(client, o, key, start, attempts, lock) end
+                    return ended(client, o, key, start, attempts, failed(key, v2, where2))
+                end
+                -- (TRYAGAIN: a Cluster slot half migrated for longer than the
+                -- timeout; nothing ran, and the wait goes on as for a holder)
+            end
+        end
+        if not tried then
             -- a waiter that gives up leaves the waiters queue now, not when
             -- the queue expires (releases would keep choosing it)
             local lock = waiting and leave(client, key, token, o, renew, t_refused)
@@ -324,49 +401,6 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                 floor(wait), show_key(key), where), "timeout"
             return ended(client, o, key, start, attempts, nil, err, code)
         end
-        if not (notified and waiting == nil) then
-            local bound = left
-            if v >= 0 and v + 1 < bound then bound = v + 1 end
-            if notified and bound > RECHECK_MS then bound = RECHECK_MS end
-            local blocked, fence, since
-            if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine) end
-            if blocked == "handed" then
-                return ended(client, o, key, start, attempts,
-                    handed(client, key, token, o, renew, t_refused, fence, since))
-            end
-            if not blocked then
-                -- a server that has just refused BLPOP: polled from now on,
-                -- so at once in the queue again as a waiter only woken
-                -- (redlock.scripted), not one a release hands the lock to
-                if mine and server and server.no_notify and not relisted then
-                    relisted = true
-                else
-                    local delay = o.retry_delay + jitter(o.retry_jitter)
-                    client.transport.sleep(delay < bound and delay or bound)
-                end
-            end
-            waited = true
-        end
-        t0 = now()
-        -- how long its next block lasts at most (at least 1 ms): its place
-        -- in the queue lasts that long (and a second) without a new attempt
-        if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
-        local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep,
-            hook)
-        attempts = attempts + 1
-        if ok then
-            if server and not waited then server.contended = nil end
-            return ended(client, o, key, start, attempts, taken(client, key, token, v2, o, renew, t0, where2))
-        end
-        if ok == false then
-            v, where, t_refused = v2, where2, t0
-        elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
-            local lock = waiting and leave(client, key, token, o, renew, t_refused)
-            if lock then return ended(client, o, key, start, attempts, lock) end
-            return ended(client, o, key, start, attempts, failed(key, v2, where2))
-        end
-        -- (TRYAGAIN: a Cluster slot half migrated for longer than the
-        -- timeout; nothing ran, and the wait goes on as for a holder)
     end
 end
 

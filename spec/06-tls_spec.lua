@@ -133,7 +133,7 @@ describe("TLS", function()
             plain.port, "plaintext server")
         refused(redlock.new { servers = { string.format("redis://127.0.0.1:%d", plain.tls_port) },
                               timeout = 500 },
-            plain.tls_port, "connection")
+            plain.tls_port, "the server may want TLS %(rediss://%)")
     end)
 
     -- bin/redlock with env assignments before it; returns its exit code and output
@@ -317,7 +317,11 @@ describe("TLS only (no plaintext port)", function()
             plaintext.port, "(no TLS answer: a plaintext server?)")
         -- the server drops the connection on the first bytes that are no TLS
         refused(redlock.new { servers = { only:url() }, connect_timeout = 500, timeout = 500 },
-            only.port, "lost the connection")
+            only.port, "the server may want TLS (rediss://)")
+        -- the same from Redlock's fan-out (each server's reason in the message)
+        refused(redlock.new { servers = { only:url(), others[1]:url(), others[2]:url() },
+                              connect_timeout = 500, timeout = 500 },
+            others[1].port, "the server may want TLS (rediss://)", "no quorum")
         plaintext:stop()
     end)
 

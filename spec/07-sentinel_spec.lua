@@ -261,6 +261,71 @@ describe("Sentinel", function()
             c:close()
             quorum:close()
         end)
+
+        -- (after the test above: the roles may be swapped)
+        it("a waiter blocked in BLPOP on the old master moves to the new one when the sentinels announce "
+            .. "the switch (+switch-master), not when its wait ends" .. (skip and " (" .. skip .. ")" or ""),
+            function()
+            if skip then return end
+            local old, new = master, replica
+            if sentinels[1]:master_addr(NAME) == "127.0.0.1:" .. replica.port then old, new = replica, master end
+            assert(helper.eventually(20000, function()
+                return new:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+            end), "the replica is not in sync")
+            local c = redlock.new({ servers = url() })
+            -- a client that never asks the sentinels on its own (a check
+            -- every hour): it can only learn of the switch from the
+            -- announcement; connected to the old master now
+            local addrs = {}
+            for i, s in ipairs(sentinels) do addrs[i] = "127.0.0.1:" .. s.port end
+            local announced = redlock.new({ servers = { { sentinels = addrs, master_name = NAME,
+                sentinel_check = 3600000 } } })
+            assert(assert(announced:acquire(helper.key("moved"))):release())
+            local key = helper.key("moved")
+            local held = assert(c:acquire(key, { ttl = 60000 }))
+            -- a waiter in another process, whose BLPOP may last 60 s (the
+            -- holder's ttl; RECHECK_MS raised), blocked on the old master,
+            -- its place in the queue copied to the replica
+            local worker = helper.spawn("spec/workers/lock_worker.lua", "wait_long", url(), key, 60000)
+            assert(helper.eventually(10000, function()
+                return old:cli("CLIENT", "LIST"):find("cmd=blpop", 1, true) ~= nil
+                    and new:cli("ZCARD", "{" .. key .. "}:waiters") == "1"
+            end), "the waiter did not block")
+            -- the old master stops answering (frozen for 20 s) and the
+            -- sentinels are told to fail over
+            old:freeze()
+            old:signal_later(20000, "CONT")
+            assert.matches("^OK", sentinels[1]:cli("SENTINEL", "FAILOVER", NAME))
+            local new_addr = "127.0.0.1:" .. new.port
+            assert(helper.eventually(20000, function()
+                for _, s in ipairs(sentinels) do
+                    if s:master_addr(NAME) ~= new_addr then return false end
+                end
+                return true
+            end), "the sentinels did not switch")
+            -- the first lock after the switch is taken on the new master
+            local first = assert(announced:try_acquire(key .. ":first"))
+            assert.equal(first.token, new:cli("GET", key .. ":first"))
+            assert.is_true(first:release())
+            announced:close()
+            -- the holder's client follows the switch too: its release, on the
+            -- new master, hands the lock to the waiter there
+            local errs = {}
+            assert(helper.eventually(10000, function()
+                local ok, err = held:release()
+                errs[#errs + 1] = err
+                return ok
+            end), "the release failed: " .. table.concat(errs, "; "))
+            local status, out = worker:wait(30000)
+            local frozen = io.open("/proc/" .. old.pid .. "/stat"):read("*l"):match("^%d+ %b() (%a)") == "T"
+            old:thaw()
+            assert.equal(0, status, out)
+            assert.matches("acquired fence %d+", out)
+            -- it had the lock while the old master was still frozen: its
+            -- BLPOP there ended at the switch, not at the thaw
+            assert.is_true(frozen, "the waiter waited for the old master")
+            c:close()
+        end)
     end)
 
     it("gives a connection error naming every sentinel when all are down", function()

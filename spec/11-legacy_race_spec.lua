@@ -139,7 +139,9 @@ describe("legacy mode across processes", function()
         local key, counter = helper.key("mixed"), helper.key("counter")
         local workers = {}
         for i = 1, 2 do
-            workers[i] = helper.spawn("spec/workers/seed004_counter.lua", noscript.socket, key, counter, 40)
+            -- (a pause between GET and GETSET: the window in which redlock
+            -- takes the lock; reading a missing key as expiry 0 lost it)
+            workers[i] = helper.spawn("spec/workers/seed004_counter.lua", noscript.socket, key, counter, 40, 5)
         end
         for i = 3, 4 do
             workers[i] = helper.spawn("spec/workers/legacy_counter.lua", noscript.socket,

@@ -297,6 +297,50 @@ describe("renewal", function()
             assert.is_true(took < 5000, "close took " .. took)
             frozen:stop()
         end)
+
+        -- Whether a process is stopped (SIGSTOP) now.
+        local function frozen_now(s)
+            local f = io.open("/proc/" .. s.pid .. "/stat")
+            local state = f:read("*l"):match("^%d+ %b() (%a)")
+            f:close()
+            return state == "T"
+        end
+
+        -- The thread's idle connections are cut (CLIENT KILL), then one
+        -- server frozen for 5 s: the next round finds its connections
+        -- stale and opens new ones within the round, one of them to the
+        -- frozen server. close() shuts down a socket still being set up
+        -- too: it returns while the server is frozen (it waited for the
+        -- thaw, or up to twice the timeout, before).
+        local function closes_during_setup(servers, opts)
+            local c = redlock.new(opts)
+            assert(c:acquire(helper.key(), { ttl = 1500, renew = true })) -- a round every 500 ms
+            for _, s in ipairs(servers) do s:cli("CLIENT", "KILL", "TYPE", "normal") end
+            servers[1]:freeze()
+            servers[1]:signal_later(5000, "CONT")
+            helper.sleep(800)
+            c:close()
+            local still = frozen_now(servers[1])
+            servers[1]:thaw()
+            assert.is_true(still, "close() waited for the frozen server")
+            for _, s in ipairs(servers) do s:stop() end
+        end
+
+        it("close() does not wait for a connection the thread opens in a round (AUTH on a frozen server)",
+            function()
+            local s = helper.start_server { password = "pw" }
+            local url = string.format("redis://:pw@127.0.0.1:%d", s.port)
+            closes_during_setup({ s }, { servers = { url }, timeout = 20000 })
+        end)
+
+        it("close() does not wait for a connection the fan-out opens in a round (Redlock)", function()
+            local servers, urls = {}, {}
+            for i = 1, 3 do
+                servers[i] = helper.start_server()
+                urls[i] = servers[i]:url()
+            end
+            closes_during_setup(servers, { servers = urls, server_timeout = 3000, timeout = 20000 })
+        end)
     end)
 
     describe("on three servers (Redlock)", function()

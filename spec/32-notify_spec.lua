@@ -46,6 +46,10 @@ describe("notified waiting", function()
         local info = data:command("INFO", "commandstats")
         return tonumber(info:match("cmdstat_evalsha:calls=(%d+)")) or 0
     end
+    local function set_calls()
+        local info = data:command("INFO", "commandstats")
+        return tonumber(info:match("cmdstat_set:calls=(%d+)")) or 0
+    end
 
     it("with retry_delay 2000, a waiter in another process gets the lock soon after the release, "
         .. "and does not poll meanwhile", function()
@@ -323,6 +327,29 @@ describe("notified waiting", function()
         assert.equal(0, status, out)
         assert.equal(0, data:command("EXISTS", waiters))
         other:close()
+    end)
+
+    it("a waiter that times out sends nothing it cannot finish by its deadline: it joins the queue, "
+        .. "blocks, and leaves (no last attempt after the block)", function()
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local seen = {}
+        local c = redlock.new { servers = { server:url() }, on_event = function(ev) seen[#seen + 1] = ev end }
+        assert(assert(c:acquire(helper.key())):release()) -- connected, scripts loaded
+        -- refused once: its next first attempt is the acquire script, not
+        -- SET NX PX (redlock.scripted.grant) followed by the script
+        assert.equal("locked", select(3, c:try_acquire(key)))
+        local before = evalsha_calls() + set_calls()
+        local none, err, code = c:acquire(key, { wait = 300 })
+        assert.is_nil(none)
+        assert.equal("timeout", code, err)
+        -- the refused first attempt, the one that joins the queue, GIVE_UP
+        assert.equal(3, evalsha_calls() + set_calls() - before)
+        assert.equal("timeout", seen[#seen].type)
+        assert.equal(2, seen[#seen].attempts)
+        assert.equal(0, data:command("EXISTS", "{" .. key .. "}:waiters"))
+        assert.is_true(lock:release())
+        c:close()
     end)
 
     it("an uncontended acquire and release are SET, XADD and one EVALSHA, and no wake-up commands", function()

@@ -474,6 +474,12 @@ describe("OpenResty (nginx + Lua module)", function()
             _, t = tls_get({ tls_port = plain.port })
             assert.equal("connection", t.code, t.err)
             assert.matches("TLS handshake failed", t.err)
+            -- and the other way round: a plain connection to a TLS port
+            ngx_server:expect_error("&plain=1 HTTP") -- nginx logs the reset
+            _, t = tls_get(plain, "&plain=1")
+            assert.equal("connection", t.code, t.err)
+            assert.matches("127%.0%.0%.1:" .. plain.tls_port .. ": lost the connection .*the server may want TLS "
+                .. "%(rediss://%)", t.err)
             -- verify off: the name no longer matters
             _, t = tls_get(plain, "&name=wrong.example&insecure=1")
             assert.matches("^%x+$", t.token or "", t.err)
@@ -567,11 +573,12 @@ describe("OpenResty (nginx + Lua module)", function()
             ngx_server = nil
         end)
 
-        local function take(name, n)
+        local function take(name, n, check)
             local key = helper.key("sentinel")
             local u = name and url:gsub("/mymaster$", "/" .. name) or url
-            return key, lines((ngx_server:get(string.format("/sentinel?url=%s&key=%s&n=%d",
-                u:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end), key, n or 1))))
+            return key, lines((ngx_server:get(string.format("/sentinel?url=%s&key=%s&n=%d%s",
+                u:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end), key, n or 1,
+                check and ("&check=" .. check) or ""))))
         end
 
         it("takes locks over cosockets on the master the sentinels name, and follows a failover", function()
@@ -599,6 +606,45 @@ describe("OpenResty (nginx + Lua module)", function()
             _, t = take(nil, 20)
             assert.equal(new_addr, t.master)
             assert.equal(old_calls, evalsha_calls(master))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        -- (after the test above: the roles are swapped)
+        it("follows a failover the sentinels announce (+switch-master), without asking them: "
+            .. "the old master frozen, locks go to the new one", function()
+            local old, new = master, replica
+            if sentinels[1]:master_addr("mymaster") == "127.0.0.1:" .. replica.port then old, new = replica, master end
+            assert(helper.eventually(20000, function()
+                return new:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+            end), "the replica is not in sync")
+            -- clients that ask the sentinels once an hour (the address in
+            -- each worker and in the shared dict for that long), in both
+            -- workers: each worker subscribes to +switch-master
+            for _ = 1, 8 do
+                local key, t = take(nil, 1, 3600000)
+                assert.equal(old:cli("GET", key), t.token)
+            end
+            old:freeze()
+            old:signal_later(20000, "CONT")
+            assert.matches("^OK", sentinels[2]:cli("SENTINEL", "FAILOVER", "mymaster"))
+            local new_addr = "127.0.0.1:" .. new.port
+            assert(helper.eventually(20000, function()
+                for _, s in ipairs(sentinels) do
+                    if s:master_addr("mymaster") ~= new_addr then return false end
+                end
+                return true
+            end), "the sentinels did not switch")
+            -- (the announcement reaches the workers within moments)
+            assert(helper.eventually(3000, function()
+                local key, t = take(nil, 1, 3600000)
+                return t.token ~= nil and new:cli("GET", key) == t.token
+            end), "locks taken in nginx did not reach the new master")
+            for _ = 1, 8 do
+                local key, t = take(nil, 1, 3600000)
+                assert.equal(new:cli("GET", key), t.token, t.err)
+                assert.equal(new_addr, t.master)
+            end
+            old:thaw()
             assert.same({}, ngx_server:errors())
         end)
     end)

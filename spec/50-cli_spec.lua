@@ -207,6 +207,27 @@ describe("redlock command", function()
             assert.equal("h", cfg.servers[1].host)
         end)
 
+        it("REDLOCK_SERVERS keeps a URL with several hosts whole: a comma starts a server only before a scheme",
+           function()
+            local cfg = args.parse({ "status", "k" }, env({
+                REDLOCK_SERVERS = "redis+cluster://127.0.0.1:7001,127.0.0.1:7002, 127.0.0.1:7003" }))
+            assert.equal(1, #cfg.servers)
+            assert.same({ { host = "127.0.0.1", port = 7001 }, { host = "127.0.0.1", port = 7002 },
+                { host = "127.0.0.1", port = 7003 } }, cfg.servers[1].cluster)
+            cfg = args.parse({ "status", "k" }, env({ REDLOCK_SERVERS =
+                "redis+sentinel://s1:26379,s2/mymaster,redis://h:1 unix:///tmp/x.sock,rediss://h2" }))
+            assert.equal(4, #cfg.servers)
+            assert.equal(2, #cfg.servers[1].sentinels)
+            assert.equal("mymaster", cfg.servers[1].master_name)
+            assert.equal(1, cfg.servers[2].port)
+            assert.equal("/tmp/x.sock", cfg.servers[3].path)
+            assert.equal("h2", cfg.servers[4].host)
+            assert.same({ "redis://a,b", "unix:///s" }, args.split_servers(" redis://a,b, unix:///s,"))
+            local ok, e = pcall(args.parse, { "status", "k" }, env({ REDLOCK_SERVERS = "127.0.0.1:1,redis://h" }))
+            assert.is_false(ok)
+            assert.matches("^REDLOCK_SERVERS: bad server URL '127.0.0.1:1'", e.usage)
+        end)
+
         it("takes REDLOCK_PASSWORD for servers whose URL has none; never echoes a password", function()
             local cfg = args.parse({ "-s", "redis://h", "-s", "redis://:own@h2", "status", "k" },
                 env({ REDLOCK_PASSWORD = "envsecret", REDLOCK_USERNAME = "bob" }))

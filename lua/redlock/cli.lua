@@ -47,7 +47,9 @@ Options ([VARIABLE]: the same from the environment; options win):
   -s, --server URL   Redis server; repeat it for several (2 or more: a
                      Redlock quorum of a majority; 3 or more keep
                      locking with one down) [REDLOCK_SERVERS: comma or space
-                     separated]; default redis://127.0.0.1:6379
+                     separated; a new URL starts at each scheme, so
+                     redis+cluster://h1,h2,h3 is one]; default
+                     redis://127.0.0.1:6379
                      URL: redis://[user[:password]@]host[:port][/db]
                           rediss://... (TLS, the system's CA store)
                           or unix:///path/to/redis.sock[?db=N]

@@ -201,11 +201,16 @@ local function wait_counts(v)
     return nil
 end
 
-local function io_failure(self, err, doing, limit)
+-- fresh: nothing was read yet on this new connection. A TLS port resets a
+-- plain client that speaks RESP to it: say so (csrc/tls.c's
+-- redlock_tls_plain_hint, the counterpart of the handshake's message).
+local function io_failure(self, err, doing, limit, fresh)
     if err == "timeout" then
         return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
     end
-    return format("connection: %s: lost the connection %s (%s)", self.name, doing, tostring(err))
+    local hint = fresh and not self.spec.tls and not self.path and "; the server may want TLS (rediss://)"
+        or ""
+    return format("connection: %s: lost the connection %s (%s%s)", self.name, doing, tostring(err), hint)
 end
 
 -- Runs AUTH and SELECT on a connection that is new (not from the pool).
@@ -223,9 +228,9 @@ local function setup(self, sock, rd, limit)
     -- Sentinel: a new connection checks that the master it was told of is
     -- one (a failover may be under way); if not, the next try asks again
     if self.sentinel then steps[#steps + 1] = { "ROLE", encode("ROLE") } end
-    for _, step in ipairs(steps) do
+    for i, step in ipairs(steps) do
         local ok, v, msg, code = exchange(sock, rd, step[2])
-        if not ok then return nil, io_failure(self, v, step[1], limit), "connection" end
+        if not ok then return nil, io_failure(self, v, step[1], limit, i == 1), "connection" end
         if v == nil then
             if code == "server" then
                 msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
@@ -241,7 +246,7 @@ local function setup(self, sock, rd, limit)
                 "connection", true
         end
     end
-    return true
+    return true, #steps
 end
 
 ngx_sentinel.init({ exchange = exchange, handshake = handshake, setup = setup })
@@ -394,6 +399,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         reused = sock:getreusedtimes() > 0
     end
     local rd = reader(self)
+    local fresh = false -- a new connection that has read nothing yet
     if not reused then
         local ok, retry
         ok, err, code, retry = setup(who, sock, rd, limit)
@@ -401,6 +407,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             sock:close()
             return nil, err, code, retry == true
         end
+        fresh = err == 0
         self.made = self.made + 1
     end
     local ok, v, msg, wres
@@ -451,7 +458,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         pinned[co] = nil
         sock:close()
         -- no retry on a pinned connection: a fresh one lacks its WATCH state
-        return nil, io_failure(who, v, "waiting for a reply", limit), "connection",
+        return nil, io_failure(who, v, "waiting for a reply", limit, fresh), "connection",
             reused and not was_pinned and v ~= "timeout", v == "timeout"
     end
     if v == nil and code ~= "server" then -- protocol error: the stream is lost

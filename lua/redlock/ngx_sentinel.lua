@@ -7,14 +7,23 @@
 -- `lua_shared_dict redlock_sentinel 1m;`, shared by all workers for as long,
 -- so that a burst of requests does not ask the sentinels once per request.
 -- A ROLE check on every new connection and READONLY replies make the
--- server forget the address (redlock.cosocket). Internal.
+-- server forget the address (redlock.cosocket).
+-- Each worker also subscribes to +switch-master on one sentinel of each set
+-- of sentinels it uses (a timer, started by the first address asked): the
+-- sentinels announce a failover there as soon as they made it, and the
+-- address is replaced at once, in the worker and in the shared dict, and
+-- the release subscribers of that master move (redlock.ngx_wait), so that
+-- its waiters try again on the new master; the periodic question stays as
+-- the fallback. Internal.
 local core = require "redlock.core"
+local pubsub = require "redlock.ngx_pubsub"
 
 local ngx = rawget(_G, "ngx")
 local encode, new_reader, now = core.encode, core.reader, core.now
 local format, concat, tostring, type = string.format, table.concat, tostring, type
 local match, min = string.match, math.min
-local ipairs, tonumber, insert, remove = ipairs, tonumber, table.insert, table.remove
+local ipairs, pairs, next, tonumber, insert, remove, setmetatable =
+    ipairs, pairs, next, tonumber, table.insert, table.remove, setmetatable
 
 local _M = {}
 
@@ -26,6 +35,12 @@ function _M.init(primitives) io = primitives end
 
 local DICT = "redlock_sentinel"
 local TIMEOUT_CAP = 500 -- ms: a dead sentinel must not cost a whole connect timeout
+local SWITCH_CHANNEL = "+switch-master"
+
+-- This worker's +switch-master subscriptions, by set of sentinels (their
+-- addresses and credentials): { nodes, connect_timeout, timeout, check_ms,
+-- states (the server states watched, weak), running, next }.
+local watches = {}
 
 --- The Sentinel state of a cosocket server made from spec (nil when spec
 -- has no sentinels). connect_timeout, timeout: the server's.
@@ -44,7 +59,7 @@ function _M.new(spec, connect_timeout, timeout)
         }
         addrs[i] = shown .. ":" .. node.port
     end
-    return {
+    local st = {
         nodes = nodes,
         master_name = spec.master_name,
         check_ms = spec.sentinel_check or 1000,
@@ -54,18 +69,28 @@ function _M.new(spec, connect_timeout, timeout)
         dict_key = "m:" .. spec.master_name .. "|" .. concat(addrs, ","),
         host = nil, port = nil, checked = -math.huge,
     }
+    local set = concat(addrs, ",") .. "|" .. (spec.sentinel_username or "") .. "|"
+        .. (spec.sentinel_password or "") .. "|" .. (spec.sentinel_tls and "tls" or "")
+    local w = watches[set]
+    if not w then
+        w = { nodes = nodes, connect_timeout = st.connect_timeout, timeout = st.timeout,
+            check_ms = st.check_ms, states = setmetatable({}, { __mode = "k" }), running = false, next = 0 }
+        watches[set] = w
+    end
+    w.states[st] = true
+    st.watch = w
+    return st
 end
 
--- What one sentinel says: host, port | false (a null reply: it knows no
--- such master) | nil, message.
-local function ask(st, node)
+-- A connection to sentinel node, set up (TLS, AUTH): sock, rd | nil,
+-- message. pool: the keepalive pool, or nil (a connection of its own);
+-- read_ms: its read timeout (default: the sentinels' timeout).
+local function open_node(st, node, pool, read_ms)
     local sock, err = ngx.socket.tcp()
     if not sock then return nil, format("connection: %s: %s", node.name, tostring(err)) end
-    sock:settimeouts(st.connect_timeout, st.timeout, st.timeout)
-    local pool = format("redlock-sentinel:%s:%d:%s", node.host, node.port,
-        node.spec.password and ngx.md5((node.spec.username or "") .. "\0" .. node.spec.password) or "")
+    sock:settimeouts(st.connect_timeout, st.timeout, read_ms or st.timeout)
     local ok
-    ok, err = sock:connect(node.host, node.port, { pool = pool })
+    ok, err = sock:connect(node.host, node.port, pool and { pool = pool } or nil)
     if not ok then
         return nil, format("connection: %s: could not connect (%s)", node.name, tostring(err))
     end
@@ -84,6 +109,16 @@ local function ask(st, node)
             return nil, err
         end
     end
+    return sock, rd
+end
+
+-- What one sentinel says: host, port | false (a null reply: it knows no
+-- such master) | nil, message.
+local function ask(st, node)
+    local pool = format("redlock-sentinel:%s:%d:%s", node.host, node.port,
+        node.spec.password and ngx.md5((node.spec.username or "") .. "\0" .. node.spec.password) or "")
+    local sock, rd = open_node(st, node, pool)
+    if not sock then return nil, rd end
     local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name))
     if not done then
         sock:close()
@@ -120,17 +155,60 @@ local function locate(st)
     return nil, format("connection: sentinel:%s: no sentinel reachable (%s)", st.master_name, reasons)
 end
 
+-- A +switch-master message: "<name> <old ip> <old port> <new ip> <new
+-- port>". Every watched state of that master takes the new address now.
+local function switched(w, payload)
+    local name, host, port = match(payload, "^(%S+) %S+ %d+ (%S+) (%d+)$")
+    if not name then return end
+    port = tonumber(port)
+    local dict = ngx.shared[DICT]
+    local ngx_wait = require "redlock.ngx_wait"
+    for st in pairs(w.states) do
+        if st.master_name == name then
+            st.host, st.port, st.checked = host, port, now()
+            if dict then dict:set(st.dict_key, host .. " " .. port, st.check_ms / 1000) end
+            ngx_wait.on_switch(st)
+        end
+    end
+end
+
+-- The timer of a set of sentinels: subscribed to +switch-master on one of
+-- them (the next one after a failure, check_ms later), while this worker
+-- watches states of that set and is not exiting.
+local function watch(premature, w)
+    local h = {
+        message = function(_, payload) switched(w, payload) end,
+        tick = function() return ngx.worker.exiting() or next(w.states) == nil end,
+    }
+    while not premature and not h.tick() do
+        local node = w.nodes[w.next % #w.nodes + 1]
+        w.next = w.next + 1
+        -- the reader gives up on a sentinel silent for three ticks
+        local sock, rd = open_node(w, node, nil, 3 * pubsub.TICK_MS + w.timeout)
+        if sock then
+            if pubsub.subscribe(sock, rd, SWITCH_CHANNEL) then pubsub.pump(h, sock, rd) end
+            sock:close()
+        end
+        if h.tick() then break end
+        ngx.sleep(w.check_ms / 1000)
+    end
+    w.running = false
+end
+
 --- The master's address for server (a redlock.cosocket server with
 -- server.sentinel): host, port; or nil, message. Asks the sentinels when
 -- the address is older than sentinel_check ms, or forgotten.
 function _M.address(server)
     local st = server.sentinel
+    local w = st.watch
+    if not w.running and ngx.timer.at(0, watch, w) then w.running = true end
     local t = now()
     if st.host and t - st.checked < st.check_ms then return st.host, st.port end
     local dict = ngx.shared[DICT]
     if dict then
         local v, host, port = dict:get(st.dict_key), nil, nil
-        if v then host, port = match(v, "^(.*)\0(%d+)$") end
+        -- ("host port": no NUL, which a LuaJIT pattern takes for its end)
+        if v then host, port = match(v, "^(%S+) (%d+)$") end
         if host then
             st.host, st.port, st.checked = host, tonumber(port), t
             return st.host, st.port
@@ -146,7 +224,7 @@ function _M.address(server)
         return nil, port
     end
     st.host, st.port, st.checked = host, port, t
-    if dict then dict:set(st.dict_key, host .. "\0" .. port, st.check_ms / 1000) end
+    if dict then dict:set(st.dict_key, host .. " " .. port, st.check_ms / 1000) end
     return host, port
 end
 

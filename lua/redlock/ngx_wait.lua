@@ -21,11 +21,11 @@
 -- IDLE_MS without waiters, when its worker exits, and on a connection it
 -- lost it reconnects while there are waiters.
 local core = require "redlock.core"
+local pubsub = require "redlock.ngx_pubsub"
 
 local ngx = rawget(_G, "ngx")
-local now, encode = core.now, core.encode
-local PING = encode("PING")
-local next, pairs, type = next, pairs, type
+local now = core.now
+local next, pairs = next, pairs
 
 local _M = {}
 
@@ -33,8 +33,6 @@ local _M = {}
 _M.CHANNEL = "redlock:wake"
 --- A subscriber without waiters for this long stops (ms).
 _M.IDLE_MS = 30000
---- How often a subscriber PINGs its server (ms).
-local TICK_MS = 1000
 --- After a failed connect, the subscriber tries again after this (ms).
 local RECONNECT_MS = 200
 --- How long a release is remembered for waiters that come to wait late.
@@ -67,75 +65,39 @@ local function remember(sub, key)
     if w then w.sema:post(1) end
 end
 
--- Reads messages until the connection fails, or until the answer to a
--- PING sent once the subscriber stops.
-local function listen(sub, sock, rd)
-    while true do
-        local data = sock:receiveany(16384)
-        if not data then return end
-        rd:feed(data)
-        while true do
-            local v = rd:get()
-            if v == false then break end
-            if type(v) == "table" then
-                if v[1] == "message" and type(v[3]) == "string" then
-                    remember(sub, v[3])
-                elseif v[1] == "pong" and (sub.stopping or sub.moved) then
-                    return
-                end
-            end
-        end
-    end
-end
-
-local function subscribe(sock, rd)
-    local ok, err = sock:send(encode("SUBSCRIBE", _M.CHANNEL))
-    if not ok then return nil, err end
-    while true do
-        local v = rd:get()
-        if v ~= false then return type(v) == "table" and v[1] == "subscribe" end
-        local data
-        data, err = sock:receiveany(16384)
-        if not data then return nil, err end
-        rd:feed(data)
-    end
-end
-
--- While a light thread reads, this one PINGs every TICK_MS: a read never
--- times out on a quiet channel (nginx would log each timeout as an error),
--- a dead server is noticed, and the reader learns that the subscriber
--- stops (worker exiting, nobody waiting for IDLE_MS).
--- A Sentinel-managed server's subscriber also follows its master: when
--- the sentinels name another one, it subscribes there (releases publish on
--- the master the locks are taken on).
-local function tick(sub, sock)
+-- Every tick (redlock.ngx_pubsub): whether the subscriber stops (worker
+-- exiting, nobody waiting for IDLE_MS) or moves. A Sentinel-managed
+-- server's subscriber follows its master: when the sentinels name another
+-- one (announced: see on_switch; or found by the periodic check), it
+-- subscribes there (releases publish on the master the locks are taken on).
+local function tick(sub)
     local server = sub.server
-    while true do
-        ngx.sleep(TICK_MS / 1000)
-        if ngx.worker.exiting() or (sub.idle_since and now() - sub.idle_since > _M.IDLE_MS) then
-            sub.stopping = true
-        end
-        if server.sentinel then
-            local host, port = require("redlock.ngx_sentinel").address(server)
-            if host and (host ~= sub.host or port ~= sub.port) then sub.moved = true end
-        end
-        if not sock:send(PING) or sub.stopping or sub.moved then return end
+    if ngx.worker.exiting() or (sub.idle_since and now() - sub.idle_since > _M.IDLE_MS) then
+        sub.stopping = true
     end
+    if server.sentinel then
+        local host, port = require("redlock.ngx_sentinel").address(server)
+        if host and (host ~= sub.host or port ~= sub.port) then sub.moved = true end
+    end
+    return sub.stopping or sub.moved
 end
 
 local function run(premature, sub)
     local open = require("redlock.cosocket").open
     -- the reader gives up on a server silent for three ticks
-    local read_ms = 3 * TICK_MS + sub.server.timeout
+    local read_ms = 3 * pubsub.TICK_MS + sub.server.timeout
+    local h = {
+        message = function(_, key) remember(sub, key) end,
+        tick = function() return tick(sub) end,
+        wake = sub.wake,
+    }
     while not premature do
         local sock, rd, host, port = open(sub.server, read_ms)
         sub.host, sub.port, sub.moved = host, port, false
         if sock then
-            if subscribe(sock, rd) then
+            if pubsub.subscribe(sock, rd, _M.CHANNEL) then
                 sub.ready, sub.ready_at = true, now()
-                local reader = ngx.thread.spawn(listen, sub, sock, rd)
-                tick(sub, sock)
-                ngx.thread.wait(reader)
+                pubsub.pump(h, sock, rd)
                 sub.ready = false
             end
             sock:close()
@@ -143,7 +105,7 @@ local function run(premature, sub)
             wake_all(sub)
         end
         if sub.stopping or ngx.worker.exiting() or next(sub.waiting) == nil then break end
-        ngx.sleep(RECONNECT_MS / 1000)
+        if not sub.moved then ngx.sleep(RECONNECT_MS / 1000) end -- (moved: to the new master at once)
     end
     sub.running, sub.ready, sub.stopping = false, false, false
     wake_all(sub)
@@ -154,10 +116,25 @@ local function subscriber(server)
     local sub = subscribers[id]
     if not sub then
         sub = { server = server, running = false, stopping = false, ready = false, ready_at = 0, waiting = {},
-            woken = {}, woken_old = {}, swapped_at = 0, idle_since = nil }
+            woken = {}, woken_old = {}, swapped_at = 0, idle_since = nil,
+            -- posted when the sentinels announce a failover: the tick comes at once
+            wake = server.sentinel and require("ngx.semaphore").new() or nil }
         subscribers[id] = sub
     end
     return sub
+end
+
+--- The sentinels announced that the master of a Sentinel-managed server
+-- moved (redlock.ngx_sentinel; st: its state, server.sentinel): the
+-- subscribers of that master subscribe to the new one now, and their
+-- waiters try again at once, there.
+function _M.on_switch(st)
+    for _, sub in pairs(subscribers) do
+        if sub.server.sentinel == st and sub.running then
+            sub.moved = true
+            if sub.wake then sub.wake:post(1) end
+        end
+    end
 end
 
 --- Waits until a release of key is published or ms pass: true; nil when

@@ -33,11 +33,12 @@
 -- timeout plus the usual one for each wait: a server that stops answering is
 -- still noticed. The caller bounds each wait by the holder's PTTL and its
 -- own deadline, so a lost wake-up or a crashed holder costs at most that.
+local core = require "redlock.core"
 local options = require "redlock.options"
 local util = require "redlock.util"
 
-local companion_key = util.companion_key
-local format, ceil, match, tonumber = string.format, math.ceil, string.match, tonumber
+local companion_key, now = util.companion_key, core.now
+local format, ceil, match, find, tonumber = string.format, math.ceil, string.match, string.find, tonumber
 
 local _M = {}
 
@@ -80,6 +81,11 @@ function _M.handed(server, element)
     return tonumber(fence), since
 end
 
+--- How late a server may answer a BLPOP that timed out (ms): it looks at
+-- blocked clients' timeouts when its event loop wakes, at the latest at
+-- its next timer tick (hz 10).
+local TICK_MS = 100
+
 local function blpop(conn, key, token, ms)
     -- seconds with ms resolution: Redis >= 6 takes a fraction; 0 would
     -- block forever, so ms is at least 1
@@ -97,7 +103,12 @@ end
 -- and the caller sleeps instead: no connection, or a server that refuses
 -- BLPOP with a fractional timeout (before Redis 6), which then polls for
 -- good.
-function _M.wait(server, key, ms, token)
+-- final: ms ends at the caller's deadline, which a late answer would
+-- overrun (by up to a tick of the server's timer): the wait ends on this
+-- side at ms, the connection closed with the BLPOP still blocked (the
+-- server drops it; a hand-off that came in that instant is found by the
+-- waiter's GIVE_UP, which follows), and answers true.
+function _M.wait(server, key, ms, token, final)
     if server.no_notify then return nil end
     local conn = server.waiter
     if conn == nil then
@@ -105,11 +116,25 @@ function _M.wait(server, key, ms, token)
         if not conn then return nil end
         server.waiter, server.waiter_timeout = conn, conn:timeout()
     end
+    if final and not conn:connected() then
+        -- (re)connected first, its time taken from the wait: the cut below
+        -- counts from the BLPOP sent
+        local t = now()
+        if conn:command("PING") == nil then return nil end
+        ms = ms - (now() - t)
+        if ms < 1 then return true end
+    end
     ms = ceil(ms)
     if ms < 1 then ms = 1 end
-    conn:set_timeout(ms + server.waiter_timeout)
-    local r, _, code, stale = blpop(conn, key, token, ms)
-    if r == nil and stale then r, _, code = blpop(conn, key, token, ms) end
+    conn:set_timeout(final and ms or ms + server.waiter_timeout)
+    local r, err, code, stale = blpop(conn, key, token, final and ms + TICK_MS or ms)
+    if r == nil and final and code == "connection" and find(err, "timed out", 1, true) then return true end
+    -- the sentinels announced a failover: try again at once, on the new master
+    if r == nil and stale == "moved" then return true end
+    if r == nil and stale then
+        local _
+        r, _, code = blpop(conn, key, token, ms)
+    end
     if r == nil then
         if code == "server" then server.no_notify = true end
         return nil

@@ -113,10 +113,11 @@ end
 -- waiting), "handed", fence, since when the release handed it the lock
 -- (token: the waiter's, when it may be; redlock.notify), nil when these
 -- ops cannot and the caller must sleep. (since, when the failed attempt
--- was sent, serves redlock.cosocket's wait.)
-function Server:wait(key, ms, _, token)
+-- was sent, serves redlock.cosocket's wait; final: ms ends at the caller's
+-- deadline, see redlock.notify.)
+function Server:wait(key, ms, _, token, final)
     local wait = self.ops.wait
-    if wait then return wait(self, key, ms, token) end
+    if wait then return wait(self, key, ms, token, final) end
     return nil
 end
 

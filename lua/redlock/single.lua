@@ -9,8 +9,10 @@
 --                                     -> true[, acked] | false, where | nil, err, code
 --   (rep: the options of a lock that waits for replicas, redlock.replicas;
 --   acked: how many acknowledged its write)
---   wait(client, key, ms, since, token)
---                                     -> true (waited for a release, or ms)
+--   wait(client, key, ms, since, token, final)
+--                                     -> true (waited for a release, or ms;
+--                                       final: ms ends at the caller's
+--                                       deadline, and the wait not later)
 --                                     | "handed", fence, since (the release
 --                                       handed the lock to token's waiter)
 --                                     | nil (cannot: the caller sleeps)
@@ -68,8 +70,8 @@ function _M.give_up(client, key, token)
     if give_up then return give_up(server, key, token) end
 end
 
-function _M.wait(client, key, ms, since, token)
-    return client.servers[1]:wait(key, ms, since, token)
+function _M.wait(client, key, ms, since, token, final)
+    return client.servers[1]:wait(key, ms, since, token, final)
 end
 
 return _M

@@ -185,12 +185,26 @@ end
 --- The error log's lines of level error and worse (a crash in Lua shows there).
 -- Not nginx's own bind retries: a port another process still held for a
 -- moment costs a logged retry, and nginx started (it gave up otherwise).
+--- Lines of the error log that errors() leaves out from now on: those
+-- containing text (plain), for a request that provokes one on purpose.
+function Nginx:expect_error(text)
+    self.expected = self.expected or {}
+    self.expected[#self.expected + 1] = text
+end
+
+local function expected(self, line)
+    for _, text in ipairs(self.expected or {}) do
+        if line:find(text, 1, true) then return true end
+    end
+    return false
+end
+
 function Nginx:errors()
     local out = {}
     for line in (read(self.dir .. "/error.log") or ""):gmatch("[^\n]+") do
         local bind_retry = line:find("bind() to ", 1, true) and line:find("(98: Address already in use)", 1, true)
-        if not bind_retry and (line:find("%[error%]") or line:find("%[crit%]") or line:find("%[alert%]")
-            or line:find("%[emerg%]")) then
+        if not bind_retry and not expected(self, line) and (line:find("%[error%]") or line:find("%[crit%]")
+            or line:find("%[alert%]") or line:find("%[emerg%]")) then
             out[#out + 1] = line
         end
     end

@@ -189,11 +189,11 @@ end
 --- GET /tls?port=P&key=K[&cert=F&pkey=F][&name=N][&insecure=1]: a client
 -- over TLS (cosockets: nginx's lua_ssl_trusted_certificate); holds lock K
 -- (60 s) and answers its token, or code and err.
-function _M.tls()
+function _M.tls() -- (&plain=1: no TLS, a plain connection to that port)
     local args = ngx.req.get_uri_args()
     local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port),
-        tls = { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
-                verify = args.insecure == nil } } } }
+        tls = args.plain == nil and { cert_file = args.cert, key_file = args.pkey, server_name = args.name,
+                verify = args.insecure == nil } or nil } } }
     say_try(c, args.key)
 end
 
@@ -296,17 +296,25 @@ function _M.renewing()
     ngx.say("active=", tostring(_M.last_renewal and _M.last_renewal.active))
 end
 
---- GET /sentinel?url=U&key=K[&n=N]: a client on U (redis+sentinel://)
+--- GET /sentinel?url=U&key=K[&n=N][&check=MS]: a client on U (redis+sentinel://;
+-- check: the table form with that sentinel_check)
 -- takes lock K N times (default once, released each time but the last,
 -- held 60 s) over cosockets; answers the last token and where it was
 -- taken, or code and err.
 local sentinel_clients = {}
 function _M.sentinel()
     local args = ngx.req.get_uri_args()
-    local c = sentinel_clients[args.url]
+    local id = args.url .. "|" .. (args.check or "")
+    local c = sentinel_clients[id]
     if not c then
-        c = redlock.new { servers = { args.url }, connect_timeout = 500 }
-        sentinel_clients[args.url] = c
+        local server = args.url
+        if args.check then -- the table form, with its sentinel_check
+            server = require("redlock.options").parse_url(args.url)
+            for i, s in ipairs(server.sentinels) do server.sentinels[i] = s.host .. ":" .. s.port end
+            server.sentinel_check = tonumber(args.check)
+        end
+        c = redlock.new { servers = { server }, connect_timeout = 500 }
+        sentinel_clients[id] = c
     end
     local n = tonumber(args.n) or 1
     for i = 1, n do

@@ -7,6 +7,10 @@
 --                                  acquire, print "acquired T fence F valid V"
 --                                  (V: lock:remaining() at T), hold
 --   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
+--   wait_long URL KEY WAIT         as wait (notified), but a BLPOP lasts up to
+--                                  WAIT (notify.RECHECK_MS raised), and the
+--                                  lock is released at once
+if arg[1] == "wait_long" then require("redlock.notify").RECHECK_MS = tonumber(arg[4]) end
 local redlock = require "redlock"
 local core = require "redlock.core"
 
@@ -48,6 +52,16 @@ elseif mode == "wait" then
     say("acquired", string.format("%.3f", t), "fence", lock.fence, "valid", string.format("%.3f", lock:remaining()))
     if arg[7] then core.sleep(tonumber(arg[7])) end
     lock:release()
+    client:close()
+elseif mode == "wait_long" then
+    local client = redlock.new { servers = { url } }
+    local lock, err = client:acquire(key, { wait = tonumber(arg[4]) })
+    if not lock then
+        say("failed", err)
+        os.exit(1)
+    end
+    say("acquired", "fence", lock.fence)
+    assert(lock:release())
     client:close()
 elseif mode == "count" then
     local client = redlock.new { servers = { url } }

@@ -1,10 +1,13 @@
 -- Contention worker (spec/11) running the old timestamp recipe of seed 004
 -- (SETNX / GET / GETSET of a plain ms expiry, no server ttl), not redlock:
 -- `iterations` times, under that lock, reads a counter and writes it back
--- plus one. Args: socket path, lock key, counter key, iterations.
+-- plus one. Args: socket path, lock key, counter key, iterations [, pause]:
+-- ms to sleep between GET and GETSET (a slow client: the window in which
+-- another takes the lock).
 local core = require "redlock.core"
 
-local path, key, counter, iterations = ...
+local path, key, counter, iterations, pause = ...
+pause = tonumber(pause) or 0
 local conn = assert(core.conn { path = path })
 local TIMEOUT = 20000
 
@@ -15,14 +18,22 @@ end
 
 local function now() return math.floor(core.time()) end
 
+-- The recipe as the seed explains it: SETNX; refused, GET the stored
+-- expiry; a lock whose expiry has passed is taken with GETSET, owned only
+-- if GETSET returned an expired value too; a live one means wait and retry.
+-- A key gone between SETNX and GET (its holder released it) is free, not
+-- expired: SETNX again at once. (Read as expiry 0, as a blank value, the
+-- GETSET that follows could overwrite a lock taken meanwhile.)
 local function lock()
     while true do
         local ts = string.format("%d", now() + TIMEOUT + 1)
         if assert(conn:command("SETNX", key, ts)) == 1 then return end
-        if now() > numeric(conn:command("GET", key)) then
+        local v = conn:command("GET", key)
+        if v ~= core.null and now() > numeric(v) then
+            if pause > 0 then core.sleep(pause) end
             if now() > numeric(conn:command("GETSET", key, ts)) then return end
         end
-        core.sleep(2)
+        if v ~= core.null then core.sleep(2) end
     end
 end
 

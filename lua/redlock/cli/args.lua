@@ -5,7 +5,8 @@ local options = require "redlock.options"
 local codes = require "redlock.cli.codes"
 
 local type, tonumber, error, pcall, ipairs, pairs = type, tonumber, error, pcall, ipairs, pairs
-local format, match, sub, lower, gmatch = string.format, string.match, string.sub, string.lower, string.gmatch
+local format, match, sub, lower, gmatch, find =
+    string.format, string.match, string.sub, string.lower, string.gmatch, string.find
 local floor, abs = math.floor, math.abs
 
 local _M = {}
@@ -186,12 +187,29 @@ local function parse_server(url, from, getenv)
     return server
 end
 
+--- REDLOCK_SERVERS into URLs: words apart by commas or spaces, and a word
+-- that starts with a scheme (`redis://`, `unix://`, ...) starts a new URL;
+-- any other word is one more host of the URL before it, so
+-- `redis+cluster://h1:1,h2:2,h3:3` stays one URL (a password's `,` is
+-- percent-encoded). A first word without a scheme is a URL of its own,
+-- which parse_server then refuses.
+function _M.split_servers(s)
+    local list = {}
+    for word in gmatch(s or "", "[^,%s]+") do
+        local n = #list
+        if n > 0 and not find(word, "^%a[%w+.-]*://") then
+            list[n] = list[n] .. "," .. word
+        else
+            list[n + 1] = word
+        end
+    end
+    return list
+end
+
 local function servers(raw, getenv)
     local list, from = raw.server, "--server"
     if #list == 0 then
-        local env = getenv("REDLOCK_SERVERS")
-        list, from = {}, "REDLOCK_SERVERS"
-        for url in gmatch(env or "", "[^,%s]+") do list[#list + 1] = url end
+        list, from = _M.split_servers(getenv("REDLOCK_SERVERS")), "REDLOCK_SERVERS"
     end
     if #list == 0 then list = { "redis://127.0.0.1:6379" } end
     local out = {}
