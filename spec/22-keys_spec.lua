@@ -349,20 +349,30 @@ describe("keys the library leaves, and fences", function()
             ld:close()
         end)
 
-        it("an acquire whose fence fails writes nothing", function()
+        it("an acquire whose fence fails leaves nothing held, with the script or without", function()
             local s = helper.start_server()
             local d = core.conn(s:spec())
-            local client = redlock.new { servers = { s:url() } }
+            -- b has run a script: its next acquire goes without one (SET NX PX
+            -- and XADD), meets the counter of the wrong type, asks the
+            -- script, which fails: b gives the key back. a's first acquire
+            -- is the script, which fails before it writes the key.
+            local a = redlock.new { servers = { s:url() } }
+            local b = redlock.new { servers = { s:url() } }
+            assert(b:acquire(helper.key())):release()
+            d:command("DEL", COUNTER)
             d:command("SET", COUNTER, "not a number")
-            for _, opts in ipairs { {}, { wait = 50 } } do
-                local key = helper.key()
-                local lock, err, code = client:acquire(key, opts)
+            for _, case in ipairs { { a, 0 }, { b, streams and 1 or 0 }, { a, 0 } } do
+                local client, sets = case[1], case[2]
+                local key, before = helper.key(), calls(d, "set")
+                local lock, err, code = client:acquire(key)
                 assert.is_nil(lock)
                 assert.equal("server", code)
                 assert.matches("not an integer", err)
                 assert.equal(0, d:command("EXISTS", key))
+                assert.equal(sets, calls(d, "set") - before)
             end
-            client:close()
+            a:close()
+            b:close()
             d:close()
         end)
     end)
