@@ -271,8 +271,10 @@ describe("keys the library leaves, and fences", function()
             d:close()
         end)
 
-        it("keeps fences increasing when the server behind a kept connection changes (a proxy's failover)", function()
-            if not streams then return end -- (the replica's config line; no stream before 5.0)
+        local skip = helper.lua54_only()
+        it("keeps fences increasing when the server behind a kept connection changes (a proxy's failover)"
+            .. (skip and " (" .. skip .. ")" or ""), function()
+            if skip or not streams then return end -- (the replica's config line; no stream before 5.0)
             local m = helper.start_server()
             local r = helper.start_replica(m)
             local dm, dr = core.conn(m:spec()), core.conn(r:spec())
