@@ -21,7 +21,7 @@ CORE        := $(BUILD)/redlock/core.so
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
 	bench-sentinel \
-	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix
+	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
 	$(BUILD)/tests/switch_proxy
@@ -56,8 +56,8 @@ deps:
 
 # Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
 # the C at 32 bits, the specs against an ASan+UBSan build, the core's specs
-# under valgrind, a short fuzz run, and the specs under every interpreter
-# (test-matrix).
+# under valgrind, a short fuzz run, the specs under every interpreter
+# (test-matrix), and against every server build (test-servers).
 # Ends with "N passed, M failed".
 test: deps build build-jit
 	@sh tools/test-all.sh
@@ -116,6 +116,12 @@ build-jit:
 # build/<version>/; ends with one combined "N passed, M failed".
 test-matrix: deps
 	@sh tools/matrix.sh
+
+# The core, legacy, Redlock, fences, renewal and waiting specs under Lua 5.4
+# against every server build of $(REDLOCK_TEST_SERVERS) (default
+# ../shared/servers: Redis 2.4 to 7.4, Valkey); one line "skipped" without.
+test-servers: deps build
+	@sh tools/test-servers.sh
 
 demo: deps build
 	@sh examples/demo.sh

@@ -13,7 +13,8 @@
  *   each within timeout_ms: the fan-out of csrc/fanout.c; legacy[i] true:
  *   server i has no scripting, and is extended with WATCH/GET/MULTI/SET/
  *   PEXPIRE/EXEC as lua/redlock/legacy.lua does, the servers then asked
- *   one after another)
+ *   one after another; legacy[i] "expire": the same with EXPIRE in whole
+ *   seconds rounded up, for a server without PEXPIRE, before Redis 2.6)
  * renewer:add(key, token, ttl, expires, hold_until, quorum, drift_factor
  *             [, replicas, replica_timeout, aof [, {legacy, ...}]])  -> renewal, id
  *   ({legacy, ...}: this lock's servers' flags, as for core.renewer; by
@@ -94,7 +95,8 @@ typedef struct entry {
     int quorum;
     int waits;          /* extends wait for replicas (wait) */
     int any_legacy;     /* some server is extended the legacy way */
-    unsigned char legacy[MAX_SERVERS]; /* server i: WATCH/MULTI, not the script */
+    /* server i: 0 the script; WATCH/MULTI, 1 with PEXPIRE, 2 with EXPIRE */
+    unsigned char legacy[MAX_SERVERS];
     redlock_wait wait;
     unsigned long renewals, failures;
     char err[ERRLEN];
@@ -520,7 +522,7 @@ static void note_queued(const redisReply *rep, char *queued) {
  * the key meanwhile; -1, and the next round looks again). 1 extended, 0 not
  * ours any more, -1 failed. */
 static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const char *ttl, char *err) {
-    char value[48 + 256];
+    char value[48 + 256], secs[32];
     char queued[QUEUEDLEN]; /* a queued command's refusal (OOM): EXEC then says only EXECABORT */
     const char *argv[3];
     size_t len[3];
@@ -564,10 +566,17 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
         return -1;
     note_queued(rep, queued);
     freeReplyObject(rep);
-    argv[0] = "PEXPIRE";
-    len[0] = 7;
-    argv[2] = ttl;
-    len[2] = strlen(ttl);
+    if (e->legacy[i] == 2) {
+        /* no PEXPIRE (before 2.6): whole seconds, rounded up, as Lua does */
+        snprintf(secs, sizeof secs, "%.0f", ceil(ext / 1000));
+        argv[0] = "EXPIRE";
+        argv[2] = secs;
+    } else {
+        argv[0] = "PEXPIRE";
+        argv[2] = ttl;
+    }
+    len[0] = strlen(argv[0]);
+    len[2] = strlen(argv[2]);
     if (command_on(r, i, 3, argv, len, &rep, err) != 0)
         return -1;
     note_queued(rep, queued);
@@ -957,6 +966,14 @@ static renewer *open_renewer(lua_State *L) {
     return ud->r;
 }
 
+/* A legacy flag at the top of the stack: 0 (false, nil), 1 (true), 2
+ * ("expire"). */
+static unsigned char legacy_flag(lua_State *L) {
+    if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "expire") == 0)
+        return 2;
+    return (unsigned char)lua_toboolean(L, -1);
+}
+
 /* core.renewer({conn, ...} [, timeout_ms [, {legacy, ...}]]) */
 static int renewer_new(lua_State *L) {
     int n, i;
@@ -1015,8 +1032,8 @@ static int renewer_new(lua_State *L) {
     if (lua_istable(L, 3)) {
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, 3, i + 1);
-            ud->r->legacy[i] = (unsigned char)lua_toboolean(L, -1);
-            ud->r->any_legacy |= ud->r->legacy[i];
+            ud->r->legacy[i] = legacy_flag(L);
+            ud->r->any_legacy |= ud->r->legacy[i] != 0;
             lua_pop(L, 1);
         }
     }
@@ -1081,12 +1098,12 @@ static int renewer_add(lua_State *L) {
     for (i = 0; i < r->nservers; i++) {
         if (lua_istable(L, 12)) {
             lua_rawgeti(L, 12, i + 1);
-            e->legacy[i] = (unsigned char)lua_toboolean(L, -1);
+            e->legacy[i] = legacy_flag(L);
             lua_pop(L, 1);
         } else {
             e->legacy[i] = r->legacy[i];
         }
-        e->any_legacy |= e->legacy[i];
+        e->any_legacy |= e->legacy[i] != 0;
     }
 
     pthread_mutex_lock(&r->mu);

@@ -192,6 +192,7 @@ describe("redlock.core", function()
         end)
 
         it("runs named scripts and survives SCRIPT FLUSH (NOSCRIPT)", function()
+            helper.needs("scripting")
             local c = core.conn(server:spec())
             local k = helper.key()
             c:command("SET", k, "tok")
@@ -203,6 +204,7 @@ describe("redlock.core", function()
         end)
 
         it("names scripts by their SHA-1", function()
+            helper.needs("scripting")
             local c = core.conn(server:spec())
             for _, s in pairs(core.scripts) do
                 assert.equal(s.sha, c:command("SCRIPT", "LOAD", s.source))

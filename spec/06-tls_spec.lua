@@ -3,9 +3,14 @@
 local helper = require "helper"
 local redlock = require "redlock"
 
+-- A server built without TLS (../shared/servers' builds) skips each test.
+local NO_TLS = helper.lacks("tls")
+local it = helper.needing(it, "tls")
+
 describe("TLS", function()
     local certs, plain, mutual, expired, others
     setup(function()
+        if NO_TLS then return end
         certs = helper.tls_certs()
         plain = helper.start_tls_server(certs) -- tls-auth-clients no
         mutual = helper.start_tls_server(certs, { auth_clients = "yes" })
@@ -182,6 +187,7 @@ describe("TLS only (no plaintext port)", function()
     local certs, only, mutual, others, urls
     local with_cert
     setup(function()
+        if NO_TLS then return end
         certs = helper.tls_certs()
         only = helper.start_tls_server(certs, { tls_only = true })
         mutual = helper.start_tls_server(certs, { tls_only = true, auth_clients = "yes" })

@@ -140,6 +140,7 @@ describe("Sentinel", function()
     end)
 
     it("uses the sentinels' own credentials (sentinel_password), apart from the data nodes'", function()
+        helper.needs("sentinel_auth")
         local guarded = helper.start_sentinel({ m2 = solo2 }, { password = "sentinel-secret", quorum = 1 })
         local spec = { sentinels = { "127.0.0.1:" .. guarded.port }, master_name = "m2",
             sentinel_password = "sentinel-secret" }
@@ -195,6 +196,9 @@ describe("Sentinel", function()
         it("follows the new master with new locks, renewal and Redlock, and never writes the old one"
             .. (skip and " (" .. skip .. ")" or ""), function()
             if skip then return end
+            -- (WAIT for the acked client; before 5.0 the old master, now a
+            -- replica, runs the release scripts replicated to it)
+            helper.needs("wait", "script_effects")
             local c = redlock.new({ servers = url(), retry_delay = 10 })
             local quorum = redlock.new({ servers = { url(NAME), url("m2"), url("m3") } })
             -- replica acknowledgement sends the script with WAIT (conn:eval_wait)
@@ -345,6 +349,7 @@ describe("Sentinel over TLS", function()
     it("finds the master through TLS sentinels and locks over TLS (rediss+sentinel://)"
         .. (skip and " (" .. skip .. ")" or ""), function()
         if skip then return end
+        helper.needs("tls")
         local certs = helper.tls_certs()
         local master = helper.start_tls_server(certs)
         local port = 20000 + math.random(0, 39999)

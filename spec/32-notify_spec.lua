@@ -42,9 +42,11 @@ describe("notified waiting", function()
         return n
     end
 
+    -- (Redis 2.6 and 2.8 count EVALSHA as eval)
+    local evalsha = helper.lacks("evalsha_stats") and "eval" or "evalsha"
     local function evalsha_calls()
         local info = data:command("INFO", "commandstats")
-        return tonumber(info:match("cmdstat_evalsha:calls=(%d+)")) or 0
+        return tonumber(info:match("cmdstat_" .. evalsha .. ":calls=(%d+)")) or 0
     end
     local function set_calls()
         local info = data:command("INFO", "commandstats")
@@ -84,6 +86,7 @@ describe("notified waiting", function()
 
     it("the release hands the lock to the blocked waiter in the same step: no claim follows, "
         .. "and a newcomer is refused", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 1000)
@@ -136,6 +139,7 @@ describe("notified waiting", function()
     end)
 
     it("waiters get the lock in the order they came, and a newcomer waits behind them", function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -163,6 +167,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter that died is handed the lock at most once, and costs at most its ttl", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 0, 1500)
@@ -215,6 +220,7 @@ describe("notified waiting", function()
 
     it("a waiter that gives up keeps a lock handed to it meanwhile; a left-over hand-off is never taken "
         .. "for a new one", function()
+        helper.needs("script_time")
         local key = helper.key()
         local lock, token, s = hand_to_new_waiter(key)
         local handed, fence, since = scripted.give_up(s, key, token)
@@ -241,6 +247,7 @@ describe("notified waiting", function()
 
     it("a waiter left by a version before the hand-off (no data) is dropped and the lock still handed over",
         function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -257,6 +264,7 @@ describe("notified waiting", function()
 
     it("give_up tells a lock whose hand-off element was lost ('held'), so that the waiter releases it",
         function()
+        helper.needs("script_time")
         local key = helper.key()
         local _, token, s = hand_to_new_waiter(key)
         data:command("LPOP", "{" .. key .. "}:handoff:" .. token) -- as a BLPOP whose reply was lost
@@ -308,6 +316,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter that gives up leaves the waiters set at once, while a longer waiter stays", function()
+        helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local lock = assert(client:acquire(key, { ttl = 10000 }))
@@ -331,6 +340,7 @@ describe("notified waiting", function()
 
     it("a waiter that times out sends nothing it cannot finish by its deadline: it joins the queue, "
         .. "blocks, and leaves (no last attempt after the block)", function()
+        helper.needs("blpop_ms") -- (a wait under a second is polled there)
         local key = helper.key()
         local lock = assert(client:acquire(key, { ttl = 10000 }))
         local seen = {}
@@ -353,6 +363,8 @@ describe("notified waiting", function()
     end)
 
     it("an uncontended acquire and release are SET, XADD and one EVALSHA, and no wake-up commands", function()
+        helper.needs("evalsha_stats")
+        helper.needs("streams")
         local function calls()
             local info, t = data:command("INFO", "commandstats"), {}
             for name, n in info:gmatch("cmdstat_(%w+):calls=(%d+)") do t[name] = tonumber(n) end
@@ -377,6 +389,7 @@ describe("notified waiting", function()
     end)
 
     it("under sustained contention a release is one round trip, as is the first after it ends", function()
+        helper.needs("evalsha_stats")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
         local function announced() -- what a blocked waiter's refusal leaves
@@ -449,6 +462,7 @@ describe("notified waiting", function()
     end)
 
     it("a waiter on a server without BLPOP queues as one that is only woken: never handed the lock", function()
+        helper.needs("script_time")
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() } }
         local d = core.conn(old:spec())
@@ -473,11 +487,32 @@ describe("notified waiting", function()
         assert.equal(0, status, out)
     end)
 
+    it("mode script (the version never asked): a BLPOP that takes whole seconds only (before Redis 6.0) is "
+        .. "found by its refusal, and the waiter still blocks, a second at a time", function()
+        local c = redlock.new { servers = { server:url() }, mode = "script", retry_delay = 100, retry_jitter = 0 }
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local attempts
+        local none, _, code = c:acquire(key, { wait = 2500, on_event = function(ev) attempts = ev.attempts end })
+        assert.is_nil(none)
+        assert.equal("timeout", code)
+        local s = c.servers[1]
+        assert.is_nil(s.no_notify) -- still notified
+        assert.equal(helper.server_version().number < 60000, s.blpop_whole == true)
+        -- blocking: an attempt a second, then polls in the last second;
+        -- polling all along would have made about 25
+        assert.is_true(attempts <= 12, "attempts " .. tostring(attempts))
+        assert.is_true(lock:release())
+        c:close()
+    end)
+
     it("a server without BLPOP falls back to polling", function()
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() }, retry_delay = 20, retry_jitter = 0 }
         local key = helper.key()
-        local lock = assert(c:acquire(key, { ttl = 400 }))
+        -- (over a second: a server whose BLPOP takes whole seconds, before
+        -- Redis 6.0, polls shorter waits without trying BLPOP)
+        local lock = assert(c:acquire(key, { ttl = 1200 }))
         local t0 = core.now()
         local again = assert(c:acquire(key, { wait = 3000 }))
         assert.is_true(core.now() - t0 < 2000)

@@ -2,6 +2,18 @@
 -- each in its own directory under $REDLOCK_TEST_TMP, bound to 127.0.0.1 on a
 -- free port, with a unix socket beside it; spawns worker processes.
 -- spec/run.sh kills whatever is left when the suite ends, even on failure.
+--
+-- Which server: the redis-server of the folder $REDLOCK_SERVER_DIR (one of
+-- ../shared/servers/*, say), else the first on PATH; a spec may name
+-- another folder (start_server's server_dir). Any Redis from 2.4 and
+-- Valkey: the helper asks the binary its version (redis-server --version)
+-- and leaves out the config lines that version lacks where leaving them
+-- out changes nothing (rename-command of a command it does not have,
+-- `save ""` on 2.4, ...); a line that a spec needs and the version lacks
+-- (ACL users, TLS, ...) is refused with an error saying so. Specs that need
+-- what a version lacks call helper.needs(feature) inside the test: on
+-- such a server the test ends as skipped (busted's pending), its message
+-- naming the feature and the version (see FEATURES).
 local _M = {}
 
 local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
@@ -86,17 +98,210 @@ local function alive(pid)
 end
 _M.alive = alive
 
+-- The server binaries: $REDLOCK_SERVER_DIR's, else PATH's.
+local SERVER_DIR = os.getenv("REDLOCK_SERVER_DIR")
+if SERVER_DIR == "" then SERVER_DIR = nil end
+
+local function file_exists(path)
+    local f = io.open(path)
+    if f then f:close() end
+    return f ~= nil
+end
+
+-- The redis-server and redis-cli commands for a folder (nil: the default).
+-- A folder without redis-cli (the stripped Redis builds) uses PATH's: the
+-- protocol the helper speaks with it is the same from 2.4 on.
+local function binaries(dir)
+    dir = dir or SERVER_DIR
+    if not dir then return "redis-server", "redis-cli" end
+    local server = dir .. "/redis-server"
+    if not file_exists(server) then error("no redis-server in " .. dir) end
+    local cli = dir .. "/redis-cli"
+    return server, file_exists(cli) and cli or "redis-cli"
+end
+
+--- What `redis-server --version` says, as x*10000 + y*100 + z
+-- (2.6.12 -> 20612), with the product: { number =, text = "7.0.15",
+-- product = "Redis" or "Valkey", name = "Redis 7.0.15", tls = bool }, for
+-- the server of folder dir (default: the one the helper starts). Asked
+-- once per binary.
+local versions = {}
+function _M.server_version(dir)
+    local bin = binaries(dir)
+    local v = versions[bin]
+    if v then return v end
+    local out = read_cmd(NO_PRELOAD .. quote(bin) .. " --version 2>&1")
+    local a, b, c = out:match("v=(%d+)%.(%d+)%.(%d+)")
+    if not a then a, b, c = out:match("version (%d+)%.(%d+)%.(%d+)") end
+    if not a then error("cannot tell the version of " .. bin .. ": " .. out) end
+    -- Valkey 7.2 says "Server v=...", later ones "Valkey server v=..."
+    local product = out:match("^Redis ") and "Redis" or "Valkey"
+    -- a TLS build links OpenSSL (../shared/servers' builds have no TLS);
+    -- a Valkey folder's redis-server is a script that runs valkey-server
+    local path = read_cmd("command -v " .. quote(bin) .. " 2>/dev/null"):gsub("%s+$", "")
+    local real = read_cmd("readlink -f " .. quote(path) .. " 2>/dev/null"):gsub("%s+$", "")
+    local valkey = real:gsub("[^/]*$", "") .. "valkey-server"
+    if product == "Valkey" and file_exists(valkey) then real = valkey end
+    local tls = real ~= "" and read_cmd(NO_PRELOAD .. "ldd " .. quote(real) .. " 2>/dev/null"):find("libssl", 1, true)
+        ~= nil
+    v = { number = tonumber(a) * 10000 + tonumber(b) * 100 + tonumber(c), text = a .. "." .. b .. "." .. c,
+        product = product, tls = tls, dir = dir }
+    v.name = product .. " " .. v.text
+    versions[bin] = v
+    return v
+end
+
+--- What specs may need that some server versions lack: the first version
+-- that has it (as server_version's number; Valkey counts as the Redis it
+-- forked, 7.2.4) and what it is, for the skip message.
+local FEATURES = {
+    scripting = { 20600, "scripting (EVAL)" },
+    set_px = { 20612, "SET NX PX (script mode)" },
+    scan = { 20800, "SCAN" },
+    wrongtype = { 20800, "WRONGTYPE errors" },
+    client_kill_type = { 20812, "CLIENT KILL TYPE" },
+    evalsha_stats = { 30000, "EVALSHA counted apart from EVAL in INFO commandstats" },
+    cluster = { 30000, "Redis Cluster" },
+    wait = { 30000, "WAIT" },
+    script_time = { 30200, "TIME in scripts (effects replication): clock-seeded fences, the direct hand-off" },
+    sentinel_auth = { 50001, "a password on the sentinels (requirepass in sentinel mode)" },
+    script_effects = { 50000, "scripts replicated by their effects (a replica runs no EVALSHA)" },
+    streams = { 50000, "streams (XADD): the fence counter a stream, the acquire without a script" },
+    blpop_ms = { 60000, "BLPOP with a fractional timeout" },
+    acl = { 60000, "ACL users" },
+    functions = { 70000, "FUNCTION/FCALL" },
+    waitaof = { 70200, "WAITAOF" },
+}
+_M.FEATURES = FEATURES
+
+--- Why the server (of folder dir, default the one the helper starts) cannot
+-- serve `feature` (a FEATURES name, or "tls"): "Redis 2.8.24 lacks SCAN
+-- (2.8.0+)"; nil when it can.
+function _M.lacks(feature, dir)
+    local v = _M.server_version(dir)
+    if feature == "tls" then
+        if v.tls then return nil end
+        return v.name .. " lacks TLS (this build has none)"
+    end
+    local f = FEATURES[feature]
+    if not f then error("helper.lacks: unknown feature " .. tostring(feature)) end
+    if v.number >= f[1] then return nil end
+    local since = f[1]
+    return string.format("%s lacks %s (%d.%d.%d+)", v.name, f[2], math.floor(since / 10000),
+        math.floor(since / 100) % 100, since % 100)
+end
+
+-- Ends the running test as skipped: busted's pending() as a test calls
+-- it, with the test's name. (The spec's global of that name is not the
+-- helper's: it is found on busted's module, whose API lookup holds the
+-- busted object.)
+local function skip(why)
+    local m = package.loaded.busted
+    local index = m and (getmetatable(m) or {}).__index
+    if type(index) == "function" then
+        for i = 1, 20 do
+            local name, b = debug.getupvalue(index, i)
+            if not name then break end
+            if name == "busted" and type(b) == "table" and b.pending then
+                local ok, test = pcall(function() return b.context.get().name end)
+                b.pending("skipped: " .. (ok and test and ("'" .. test .. "': ") or "") .. why)
+            end
+        end
+    end
+    error("cannot skip (busted's pending not found): " .. why, 0)
+end
+
+--- Inside a test: ends it as skipped (busted's pending, which says why)
+-- when the server lacks any of the features named.
+function _M.needs(...)
+    for i = 1, select("#", ...) do
+        local why = _M.lacks((select(i, ...)))
+        if why then skip(why) end
+    end
+end
+
+--- For a whole describe block of tests that need features: an `it` that
+-- skips each of its tests, by name, on a server lacking any of them.
+--     local it = helper.needing(it, "set_px")
+function _M.needing(it, ...)
+    local features = { ... }
+    return function(name, fn)
+        return it(name, function(...)
+            for _, feature in ipairs(features) do
+                local why = _M.lacks(feature)
+                if why then skip(why) end
+            end
+            return fn(...)
+        end)
+    end
+end
+
+-- Commands that a config line may rename away, by the version that brought
+-- them: before it, the command does not exist, and renaming it away is
+-- the same as leaving the line out.
+local COMMAND_SINCE = {
+    WATCH = 20200, EVAL = 20600, EVALSHA = 20600, SCRIPT = 20600, PEXPIRE = 20600,
+    PTTL = 20600, PSETEX = 20600, TIME = 20600, SCAN = 20800, WAIT = 30000, ACL = 60000,
+    FUNCTION = 70000, FCALL = 70000, FCALL_RO = 70000, EVAL_RO = 70000, EVALSHA_RO = 70000,
+    WAITAOF = 70200,
+}
+
+-- A config line as the version v (server_version's) takes it: the line, a
+-- replacement, or false (leave it out: the version behaves so without
+-- it). Raises for a line the version cannot honour, which a spec needs.
+local function config_line(line, v)
+    local n = v.number
+    local word = line:match("^%s*(%S+)") or ""
+    word = word:lower()
+    if word == "save" and n < 20600 then return false end -- 2.4 refuses `save ""`
+    if word == "rename-command" then
+        local cmd = line:match("^%s*%S+%s+(%S+)")
+        local since = cmd and COMMAND_SINCE[cmd:upper()]
+        if since and n < since then return false end
+        return line
+    end
+    -- before 3.2 every server is open to all (bound to 127.0.0.1 here)
+    if word == "protected-mode" and n < 30200 then return false end
+    -- before 7.0, DEBUG, MODULE and the protected configs are always allowed
+    if (word == "enable-debug-command" or word == "enable-module-command"
+        or word == "enable-protected-configs") and n < 70000 then return false end
+    if word == "latency-tracking" and n < 70000 then return false end
+    if n < 50000 then
+        -- the replica words came in 5.0; before, the same options say slave
+        local rest = line:match("^%s*replicaof%s+(.*)$")
+        if rest then return "slaveof " .. rest end
+        local opt, args = line:match("^%s*replica%-(%S+)%s*(.*)$")
+        if opt then return "slave-" .. opt .. " " .. args end
+        local min = line:match("^%s*min%-replicas%-(.*)$")
+        if min then return "min-slaves-" .. min end
+    end
+    local needs
+    if word == "user" or word == "aclfile" then
+        needs = "acl"
+    elseif word:match("^tls%-") then
+        needs = "tls"
+    elseif word:match("^cluster%-") then
+        needs = "cluster"
+    end
+    local why = needs and _M.lacks(needs, v.dir)
+    if why then
+        error(string.format("config line %q: %s (the spec should call helper.needs(%q))", line, why, needs), 0)
+    end
+    return line
+end
+
 local Server = {}
 Server.__index = Server
 local running = {}
 
 --- redis-cli against this server; returns its output, trailing space cut.
 function Server:cli(...)
-    local args = { NO_PRELOAD .. (self.exec or "") .. "redis-cli", "-h", self.host or "127.0.0.1", "-p", self.port }
+    local _, cli = binaries(self.server_dir)
+    local args = { NO_PRELOAD .. (self.exec or "") .. quote(cli), "-h", self.host or "127.0.0.1", "-p", self.port }
     if self.tls_cli then
         -- a TLS handshake with a plaintext server on that port (ours did not
         -- bind: another took the port) would wait forever
-        args[1] = NO_PRELOAD .. "timeout 10 redis-cli"
+        args[1] = NO_PRELOAD .. "timeout 10 " .. quote(cli)
         args[#args + 1] = self.tls_cli
     end
     if self.password then
@@ -120,11 +325,15 @@ function Server:spec(extra)
 end
 
 local function write_conf(self)
+    local v = _M.server_version(self.server_dir)
     if self.sentinel_lines then
         -- a sentinel: its own few lines (it rewrites the file as it learns)
         local lines = { "port " .. self.port, "bind " .. (self.host or "127.0.0.1"), "daemonize no",
             "dir " .. self.dir, "logfile " .. self.dir .. "/redis.log" }
-        for _, l in ipairs(self.sentinel_lines) do lines[#lines + 1] = l end
+        for _, l in ipairs(self.sentinel_lines) do
+            local line = config_line(l, v)
+            if line then lines[#lines + 1] = line end
+        end
         local f = assert(io.open(self.dir .. "/redis.conf", "w"))
         f:write(table.concat(lines, "\n"), "\n")
         f:close()
@@ -153,6 +362,13 @@ local function write_conf(self)
     end
     if not persistent then lines[#lines + 1] = "appendonly no" end
     for _, l in ipairs(self.config or {}) do lines[#lines + 1] = l end
+    -- what this server's version takes (see config_line)
+    local kept = {}
+    for _, l in ipairs(lines) do
+        local line = config_line(l, v)
+        if line then kept[#kept + 1] = line end
+    end
+    lines = kept
     local f = assert(io.open(self.dir .. "/redis.conf", "w"))
     f:write(table.concat(lines, "\n"), "\n")
     f:close()
@@ -176,10 +392,10 @@ function Server:start()
         write_conf(self)
         -- (self.exec: a prefix that must exec redis-server in place, so
         -- that $! is the server: `ip netns exec NS`, `env FAKETIME=...`)
-        self.pid = read_cmd(string.format("sh -c '" .. NO_PRELOAD .. (self.exec or "")
-            .. "redis-server %s%s >>%s 2>&1 & echo $!'",
-            quote(self.dir .. "/redis.conf"), self.sentinel_lines and " --sentinel" or "",
-            quote(self.dir .. "/stdout.log"))):match("%d+")
+        local cmd = string.format("%s%s%s %s%s >>%s 2>&1 & echo $!", NO_PRELOAD, self.exec or "",
+            quote((binaries(self.server_dir))), quote(self.dir .. "/redis.conf"),
+            self.sentinel_lines and " --sentinel" or "", quote(self.dir .. "/stdout.log"))
+        self.pid = read_cmd("sh -c " .. quote(cmd)):match("%d+")
         local f = assert(io.open(self.dir .. "/pid", "w"))
         f:write(self.pid, "\n")
         f:close()
@@ -188,9 +404,16 @@ function Server:start()
             return self
         end
         self:stop()
+        -- a config line this server refuses: no other port will do
+        local log = read_cmd("cat " .. quote(self.dir .. "/stdout.log") .. " " .. quote(self.dir .. "/redis.log")
+            .. " 2>/dev/null")
+        if log:find("FATAL CONFIG FILE ERROR", 1, true) then
+            error(string.format("%s refuses its config in %s:\n%s", _M.server_version(self.server_dir).name,
+                self.dir, log:match("FATAL CONFIG FILE ERROR.*$")), 0)
+        end
         if self.fixed_port then break end
     end
-    error("could not start redis-server in " .. self.dir)
+    error("could not start redis-server (" .. _M.server_version(self.server_dir).name .. ") in " .. self.dir)
 end
 
 --- Test certificates made by `openssl` in a fresh directory (once per
@@ -266,7 +489,10 @@ end
 --- "rediss://127.0.0.1:<tls port>"
 function Server:tls_url() return string.format("rediss://127.0.0.1:%d", self.tls_port) end
 
---- Starts a redis-server. opts: password, config = { extra conf lines },
+--- Starts a redis-server. opts: password, config = { extra conf lines }
+-- (see config_line: those the server's version lacks may be left out),
+-- server_dir (the folder whose redis-server to start; default
+-- $REDLOCK_SERVER_DIR's, else PATH's),
 -- persistent = true (AOF with fsync always, so a restart keeps the data),
 -- host (the address to bind, 127.0.0.1 by default: spec/netns.lua's
 -- private addresses inside a network namespace), exec (a prefix for the
@@ -283,6 +509,7 @@ function _M.start_server(opts)
         password = opts.password,
         username_cli = opts.username_cli,
         config = opts.config,
+        server_dir = opts.server_dir,
         host = opts.host,
         exec = opts.exec,
         tls = opts.tls,
@@ -315,7 +542,7 @@ function _M.start_replica(master, opts)
     if master.password then config[#config + 1] = "masterauth " .. master.password end
     for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
     local replica = _M.start_server({ password = opts.password, config = config, host = opts.host,
-        exec = opts.exec })
+        exec = opts.exec, server_dir = opts.server_dir or master.server_dir })
     replica.master = master
     if not _M.eventually(10000, function()
         return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
@@ -344,7 +571,7 @@ function _M.start_sentinel(masters, opts)
     for _, l in ipairs(opts.config or {}) do lines[#lines + 1] = l end
     local dir = fresh_dir("sentinel")
     local self = setmetatable({ dir = dir, socket = dir .. "/none.sock", sentinel_lines = lines,
-        password = opts.password, host = opts.host, exec = opts.exec }, Server)
+        password = opts.password, host = opts.host, exec = opts.exec, server_dir = opts.server_dir }, Server)
     return self:start()
 end
 
@@ -359,10 +586,11 @@ function _M.start_cluster(masters, replicas, opts)
         local config = { "cluster-enabled yes", "cluster-config-file nodes.conf",
             "cluster-node-timeout " .. (opts.node_timeout or 2000), "cluster-require-full-coverage no" }
         for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
-        nodes[i] = _M.start_server({ config = config })
+        nodes[i] = _M.start_server({ config = config, server_dir = opts.server_dir })
         addrs[i] = "127.0.0.1:" .. nodes[i].port
     end
-    local out = read_cmd(NO_PRELOAD .. "redis-cli --cluster create " .. table.concat(addrs, " ")
+    local _, cli = binaries(opts.server_dir)
+    local out = read_cmd(NO_PRELOAD .. quote(cli) .. " --cluster create " .. table.concat(addrs, " ")
         .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
     assert(out:find("All 16384 slots covered", 1, true), "redis-cli --cluster create failed:\n" .. out)
     assert(_M.eventually(20000, function()
@@ -510,6 +738,17 @@ function _M.set_fence(data, fence, counter)
     local r = data:command("XADD", counter, "MAXLEN", "0",
         string.format("%.0f-%d", (fence - n) / 100 + 1767225600000, n), "f", "1")
     if r == nil then data:command("SET", counter, string.format("%.0f", fence)) end
+end
+
+--- The ms a key has left on a redis.core conn: PTTL, or before Redis 2.6
+-- (no PTTL) TTL's seconds x 1000; -2 gone, -1 no expiry (as PTTL, also
+-- on 2.4, whose TTL says -1 for both: then EXISTS tells).
+function _M.pttl(conn, key)
+    if _M.server_version().number >= 20600 then return conn:command("PTTL", key) end
+    local t = conn:command("TTL", key)
+    if t == -1 and conn:command("EXISTS", key) == 0 then return -2 end
+    if t < 0 then return t end
+    return t * 1000
 end
 
 --- Whether cond() becomes true within ms (looked at every 20 ms, and once

@@ -5,7 +5,7 @@
 # as one failure.
 set -u
 cd "$(dirname "$0")/.."
-SUITES=${SUITES:-"unit lint m32 sanitize valgrind fuzz-smoke matrix"}
+SUITES=${SUITES:-"unit lint m32 sanitize valgrind fuzz-smoke matrix servers"}
 # The unit suite is Lua 5.4's run: the matrix adds the other interpreters.
 export MATRIX="${MATRIX:-5.1 5.2 5.3 jit}"
 work=$(mktemp -d /tmp/redlock-suites.XXXXXX)

@@ -3,7 +3,8 @@
 -- older than 2.6.12 (no SET NX PX for the scripts) switches to legacy; a
 -- newer one (or one that hides its version) runs the script, and switches to
 -- legacy if scripting is refused (see refused), to script mode once a
--- script has run. Anything else decides nothing, the next use asks again:
+-- script has run (even when the WAIT sent with it failed). Anything else
+-- decides nothing, the next use asks again:
 -- a connection error, a wrong password or a user the server refuses (AUTH
 -- fails before any script is sent), any other server error.
 --
@@ -224,8 +225,11 @@ local function run(name)
             fall_back(server)
             return fallen[name](server, ...)
         end
+        server.script_ran = nil
         local ok, v, c = scripted[name](server, ...)
-        if ok ~= nil then
+        -- (a script that ran decides, even when the WAIT sent with it
+        -- failed: redlock.scripted sets script_ran then)
+        if ok ~= nil or server.script_ran then
             server.ops = scripted
         elseif c == "server" and _M.refused(v) then
             fall_back(server)

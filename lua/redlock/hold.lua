@@ -140,14 +140,17 @@ end
 -- The servers' legacy flags for token's lock, which the renewal thread
 -- extends it by (renewer:add): per lock in mode "auto" (each server's flag
 -- is the mode that took the lock there), else the same for every lock
--- (kept on the client).
+-- (kept on the client). A flag: false (the script), true (legacy mode),
+-- "expire" (legacy mode on a server without PEXPIRE, before 2.6: extended
+-- with EXPIRE).
 local function modes(client, token)
     local m = client.modes
     if m then return m end
     m = {}
     for i, server in ipairs(client.servers) do
-        m[i] = legacy_lock(server, token)
-        m.any = m.any or m[i]
+        local caps = server.caps
+        m[i] = legacy_lock(server, token) and (caps and caps.pexpire == false and "expire" or true)
+        m.any = m.any or m[i] ~= false
     end
     if client.opts.mode ~= "auto" then client.modes = m end
     return m

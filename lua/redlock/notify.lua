@@ -38,7 +38,8 @@ local options = require "redlock.options"
 local util = require "redlock.util"
 
 local companion_key, now = util.companion_key, core.now
-local format, ceil, match, find, tonumber = string.format, math.ceil, string.match, string.find, tonumber
+local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
+local ceil, floor = math.ceil, math.floor
 
 local _M = {}
 
@@ -86,12 +87,32 @@ end
 -- its next timer tick (hz 10).
 local TICK_MS = 100
 
-local function blpop(conn, key, token, ms)
-    -- seconds with ms resolution: Redis >= 6 takes a fraction; 0 would
-    -- block forever, so ms is at least 1
-    local secs = format("%.3f", ms / 1000)
+local function blpop(conn, key, token, secs)
     if token then return conn:command("BLPOP", handoff_key(key, token), wake_key(key), secs) end
     return conn:command("BLPOP", wake_key(key), secs)
+end
+
+-- Redis before 6.0 takes BLPOP's timeout in whole seconds only, and says
+-- so: "ERR timeout is not an integer or out of range".
+local WHOLE_SECONDS_BEFORE = 60000
+local function whole_seconds_only(err)
+    return type(err) == "string" and find(err, "not an integer", 1, true) ~= nil
+end
+
+-- BLPOP's timeout for a block of at most ms (>= 1): seconds with ms
+-- resolution ("0.250"; 0 would block forever), or on a server that takes
+-- whole seconds only the whole seconds within ms ("1"), nil under one:
+-- a block never outlasts ms, so neither the waiter's deadline nor the
+-- holder's expiry is overrun.
+local function timeout(server, ms)
+    if server.blpop_whole == nil then
+        -- known without asking when mode auto asked the version (INFO)
+        local version = server.caps and server.caps.version
+        if version then server.blpop_whole = version < WHOLE_SECONDS_BEFORE end
+    end
+    if not server.blpop_whole then return format("%.3f", ms / 1000) end
+    if ms < 1000 then return nil end
+    return format("%d", floor(ms / 1000))
 end
 
 --- Blocks until a release of `key` hands this waiter the lock, wakes it, or
@@ -100,9 +121,13 @@ end
 -- release fills when it cannot hand over: see RELEASE), else nil (it
 -- blocks on the wake-up list). Returns true when it waited (woken or not); "handed", fence, since
 -- (see _M.handed) when it holds the lock now; nil when it could not wait,
--- and the caller sleeps instead: no connection, or a server that refuses
--- BLPOP with a fractional timeout (before Redis 6), which then polls for
--- good.
+-- and the caller sleeps instead: no connection; a server that refuses
+-- BLPOP (renamed away, ACL), which then polls for good; or, on a server
+-- whose BLPOP takes whole seconds only (before Redis 6.0: found from its
+-- version, or from its first refusal of a fraction), a wait under a
+-- second (the last second before the holder's expiry or the waiter's
+-- deadline), which is polled; a lock handed meanwhile is the waiter's
+-- next attempt's (ACQUIRE finds its own token).
 -- final: ms ends at the caller's deadline, which a late answer would
 -- overrun (by up to a tick of the server's timer): the wait ends on this
 -- side at ms, the connection closed with the BLPOP still blocked (the
@@ -110,6 +135,9 @@ end
 -- waiter's GIVE_UP, which follows), and answers true.
 function _M.wait(server, key, ms, token, final)
     if server.no_notify then return nil end
+    ms = ceil(ms)
+    if ms < 1 then ms = 1 end
+    if not timeout(server, ms) then return nil end
     local conn = server.waiter
     if conn == nil then
         conn = server.conn:clone()
@@ -123,20 +151,25 @@ function _M.wait(server, key, ms, token, final)
         if conn:command("PING") == nil then return nil end
         ms = ms - (now() - t)
         if ms < 1 then return true end
+        ms = ceil(ms)
     end
-    ms = ceil(ms)
-    if ms < 1 then ms = 1 end
+    -- (a final block is cut on this side at ms: the server may take a tick more)
+    local secs = timeout(server, final and ms + TICK_MS or ms)
+    if not secs then return nil end
     conn:set_timeout(final and ms or ms + server.waiter_timeout)
-    local r, err, code, stale = blpop(conn, key, token, final and ms + TICK_MS or ms)
+    local r, err, code, stale = blpop(conn, key, token, secs)
     if r == nil and final and code == "connection" and find(err, "timed out", 1, true) then return true end
     -- the sentinels announced a failover: try again at once, on the new master
     if r == nil and stale == "moved" then return true end
-    if r == nil and stale then
-        local _
-        r, _, code = blpop(conn, key, token, ms)
-    end
+    if r == nil and stale then r, err, code = blpop(conn, key, token, secs) end
     if r == nil then
-        if code == "server" then server.no_notify = true end
+        if code == "server" then
+            if not server.blpop_whole and whole_seconds_only(err) then
+                server.blpop_whole = true
+                return _M.wait(server, key, ms, token, final)
+            end
+            server.no_notify = true
+        end
         return nil
     end
     -- (the wake-up list's element: woken, to try again)

@@ -27,13 +27,18 @@ function _M.shortfall(name, rep, acked, fsynced, what)
 end
 
 --- A failed WAIT's message (msg starts with "server:" or "connection:")
--- and code: WAITAOF unknown to the server says which Redis it needs.
+-- and code: WAIT or WAITAOF unknown to the server says which Redis it
+-- needs.
 function _M.wait_failed(name, rep, msg)
     local code = match(msg, "^(%a+):") or "server"
     -- (worded without "unknown command": mode "auto" would read that as a
     -- server without scripting, redlock.detect)
-    if rep.aof and code == "server" and find(msg, "unknown command", 1, true) then
-        return format("server: %s: WAITAOF needs Redis 7.2+ (option aof; this server does not"
+    if code == "server" and find(msg, "unknown command", 1, true) then
+        if rep.aof then
+            return format("server: %s: WAITAOF needs Redis 7.2+ (option aof; this server does not"
+                .. " know the command)", name), "server"
+        end
+        return format("server: %s: WAIT needs Redis 3.0+ (option replicas; this server does not"
             .. " know the command)", name), "server"
     end
     return msg, code

@@ -47,6 +47,9 @@ end
 -- comes to: true, acked | nil, message, code when WAIT failed or too few
 -- acknowledged (then undo() takes the write back, if it wrote).
 local function acknowledged(server, rep, wrote, acked, fsynced, what, undo)
+    -- the script ran, whatever WAIT answers: mode auto is decided
+    -- (redlock.detect; a refused WAIT says nothing about scripting)
+    server.script_ran = true
     local msg, code
     if acked == false then
         msg, code = replicas.wait_failed(server.name, rep, fsynced)
