@@ -330,10 +330,13 @@ describe("keys the library leaves, and fences", function()
                 local server, data, mode, opts = case[1], case[2], case[3], case[4]
                 local client = redlock.new { servers = { server:url() }, mode = mode }
                 assert(client:acquire(helper.key())):release()
-                -- the stream's last ID 150 within a ms 50 ms ahead: the next
-                -- XADD * answers that ms, seq 151
+                -- the stream's last ID 150 within a ms 10 s ahead of the
+                -- clock (and of the last ID): the next XADD * answers that
+                -- ms, seq 151
                 local t = data:command("TIME")
-                local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 50
+                local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 10000
+                local last = tonumber(helper.last_fence(data)) / 100 + 1767225600000
+                if ms < last + 10 then ms = math.floor(last) + 10 end
                 data:command("XADD", COUNTER, "MAXLEN", "0", string.format("%.0f-150", ms), "f", "1")
                 local lock = assert(client:acquire(helper.key(), opts))
                 assert.equal((ms + 1 - 1767225600000) * 100, lock.fence, mode)
@@ -408,8 +411,9 @@ describe("keys the library leaves, and fences", function()
             for _, server in ipairs(case[3]) do
                 local d = core.conn(server:spec())
                 assert.equal(0, d:command("EXISTS", COUNTER))
-                assert.is_nil(d:command("INFO", "commandstats"):find("cmdstat_incr", 1, true))
-                assert.is_nil(d:command("INFO", "commandstats"):find("cmdstat_xadd", 1, true))
+                local stats = d:command("INFO", "commandstats") or "" -- (none before 2.6)
+                assert.is_nil(stats:find("cmdstat_incr", 1, true))
+                assert.is_nil(stats:find("cmdstat_xadd", 1, true))
                 d:close()
             end
             client:close()
