@@ -19,7 +19,7 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
+	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
 	bench-sentinel \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
@@ -158,6 +158,12 @@ docs:
 # (bench/server_instructions.sh; about a minute; not in BENCH_EXTRA).
 bench-instructions: build $(FLOOR)
 	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" sh bench/server_instructions.sh
+
+# The client's instructions per cycle, under callgrind: the library (each
+# option combination, with_lock, try_acquire on a held key) against the
+# textbook C loop (bench/client_instructions.sh; about a minute).
+bench-client-instructions: build $(FLOOR)
+	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" sh bench/client_instructions.sh
 
 # The contended-lock benchmark (bench/contended.lua) against a C 1 ms-retry
 # loop (bench/contended_floor.c); `make bench` calls it.

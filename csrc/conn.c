@@ -387,7 +387,7 @@ static int round_trip(conn_ud *u, int argc, const char **argv, const size_t *arg
 }
 
 static conn_ud *check_conn(lua_State *L) {
-    return (conn_ud *)luaL_checkudata(L, 1, REDLOCK_CONN_MT);
+    return (conn_ud *)redlock_checkself(L, REDLOCK_CONN_MT);
 }
 
 /* The C side of a conn for other C files (the renewal thread): a private

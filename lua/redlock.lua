@@ -51,6 +51,13 @@ local Client = {}
 Client.__index = Client
 local Lock = {}
 Lock.__index = Lock
+-- A lock's fields that most locks keep at these values (see taken):
+-- whether this client released it; its re-entrant holds; why it is known
+-- lost (redlock.hold), else false; its renewal (redlock.hold), else false;
+-- how many replicas acknowledged the write that gave its validity (0 when
+-- none was waited for).
+Lock.released, Lock.holds, Lock.lost_reason = false, 1, false
+Lock.renewal, Lock.renewal_id, Lock.replicas = false, false, 0
 
 local CLOSED_MSG = "closed: the client is closed"
 
@@ -72,6 +79,17 @@ local function expiry(client, t0, ttl)
     return t0 + ttl - (ttl * client.drift_factor + 2)
 end
 
+-- What the hot path reads of an options table, made when the table is:
+-- rep (the options themselves when a lock waits for replicas, else
+-- false), ttl_s (the ttl as Redis reads it) and valid_ms (the validity a
+-- lock taken with it has, see expiry).
+local function derive(o)
+    o.rep = replicas.asked(o) and o
+    local ttl = o.ttl
+    o.ttl_s, o.valid_ms = ms_string(ttl), ttl - (ttl * o.drift_factor + 2)
+    return o
+end
+
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
 --   drift_factor, mode, connect_timeout, timeout, tls, replicas,
@@ -82,9 +100,7 @@ function _M.new(opts)
         error(format("bad argument #1 to 'new' (table expected, got %s)", type(opts)), 2)
     end
     opts = opts or {}
-    local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
-    -- the options themselves when a lock waits for replicas, else false
-    o.rep = replicas.asked(o) and o
+    local o = derive(options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT))
     local specs = options.servers(opts.servers, o.tls)
     -- Inside nginx: cosockets where the phase allows, else hiredis
     -- (redlock.cosocket decides per call); elsewhere hiredis' sockets.
@@ -117,7 +133,7 @@ function _M.new(opts)
         slot_fences = slot_fences,
         strategy = #servers >= 2 and quorum or single,
         -- the server of a single-instance client (see first_attempt)
-        one = #servers == 1 and servers[1] or nil,
+        one = #servers == 1 and servers[1] or false,
         -- the servers' module: its sleep() waits between attempts
         transport = transport,
         closed = false,
@@ -126,14 +142,19 @@ function _M.new(opts)
         -- the counters of stats() (redlock.events), always on
         st = events.new_stats(),
         renewals_base = 0,
+        -- (redlock.hold: the renewal thread, made at the first renewal, and
+        -- whether a renewed lock has a hook; present, as the hot paths read
+        -- them on every call)
+        renewer = false,
+        polls = false,
+        -- (redlock.hold: re-entrant holds, made at the first)
+        holds = false,
     }, Client)
 end
 
 local function call_opts(client, fname, opts)
     if opts == nil then return client.opts end
-    local o = options.check(fname, opts, client.opts, options.CALL)
-    o.rep = replicas.asked(o) and o
-    return o
+    return derive(options.check(fname, opts, client.opts, options.CALL))
 end
 
 -- A key refused at a first attempt less than this long ago (ms) is likely
@@ -149,22 +170,23 @@ local REFUSED_MS = 1000
 -- layer in it costs more than its instructions (the code runs cold after
 -- every reply): going through redlock.single and redlock.scripted cost the
 -- cycle 2-3% of the floor's speed. What the answer means is still theirs.
--- unfenced: fence = false (no counter touched, no fence answered). rep:
--- the options when the lock waits for replicas (the strategy's way). t0:
--- before the first request. Answers as a strategy's acquire, and, when the
--- script answered after grant had sent its own request, the time before
--- the script's request (the lock's validity counts from it: the script
--- set or refreshed the key's ttl after it).
-local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
-    local server = client.one
-    if not server or server.ops ~= scripted or rep then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+-- o: the call's options (o.fence = false: no counter touched, no fence
+-- answered; o.rep: the lock waits for replicas, the strategy's way). t0:
+-- before the first request. A lock taken by conn:grant comes with a 4th
+-- value, now() after the answer (the end of the acquire, for stats()); a
+-- lock the acquire script took after grant had sent its own request, with
+-- a 6th: the time before the script's request (the lock's validity counts
+-- from it: the script set or refreshed the key's ttl after it).
+local function first_attempt(client, key, token, o, t0)
+    local server, unfenced = client.one, not o.fence
+    if not server or server.ops ~= scripted or o.rep then
+        return client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, o.rep, o.on_event)
     end
     local set, since
     if server.grants and (server.refused ~= key or server.refused_until < t0) then
-        local ok, v, code = grant(server, key, token, ttl, unfenced, expiry(client, t0, ttl))
+        local ok, v, code = grant(server, key, token, o.ttl_s, unfenced, t0 + o.valid_ms)
         if ok == true then
-            return true, v
+            return true, v, nil, code
         elseif ok == false then
             server.refused, server.refused_until = key, t0 + REFUSED_MS
         elseif ok == nil then
@@ -176,11 +198,11 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
     end
     local taken, v, at, stale
     if unfenced then
-        taken, v, at = client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+        taken, v, at = client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, nil, o.on_event)
         if taken == nil and set then scripted.release(server, key, token) end
         return taken, v, at, nil, nil, since
     end
-    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
+    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), o.ttl_s
     taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
@@ -188,7 +210,7 @@ local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
     if taken == 0 then
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then
-        server.refused = nil
+        server.refused = false
     elseif taken == nil and set then
         -- the key grant set may hold our token: given back (best effort;
         -- else its ttl ends it)
@@ -210,41 +232,54 @@ end
 -- hold or on_lost when asked for (redlock.hold). acked: how many replicas
 -- acknowledged it (o.rep), else nil.
 local function taken(client, key, token, fence, o, renew, t0, acked)
-    local ttl = o.ttl
+    if not (renew or acked or o.reentrant or o.on_lost) then
+        -- the usual lock: the fields every lock has; released, holds,
+        -- lost_reason, renewal, renewal_id and replicas read their defaults
+        -- from Lock (a field costs the making of every lock more than a
+        -- default costs its reads)
+        return setmetatable({
+            key = key,
+            token = token,
+            fence = o.fence and fence or nil,
+            client = client,
+            ttl = o.ttl,
+            expires = t0 + o.valid_ms, -- expiry(), made once per options (derive)
+            -- opts.on_event (redlock.events), or nil
+            on_event = o.on_event,
+        }, Lock)
+    end
+    -- one that redlock.hold or the replicas' check add to: made with the
+    -- fields they set (and a hash part with room for the rest), which then
+    -- cost no rehash of the table
     local lock = setmetatable({
         key = key,
         token = token,
         fence = o.fence and fence or nil,
         client = client,
-        ttl = ttl,
-        expires = t0 + ttl - (ttl * client.drift_factor + 2), -- expiry(), inline
+        ttl = o.ttl,
+        expires = t0 + o.valid_ms,
         released = false,
-        holds = 1,
-        -- set when renewed (redlock.hold): made here, the fields cost no
-        -- rehash of the table then
         renewal = false,
         renewal_id = false,
-        -- replicas that acknowledged the write that gave its validity; 0
-        -- when none was waited for
-        replicas = acked or 0,
-        -- opts.on_event (redlock.events), or nil
+        legacy_renewal = false,
+        replicas = acked, -- (else Lock's 0)
         on_event = o.on_event,
     }, Lock)
     if acked then
         if lock.expires <= now() then return too_late(client, key, token, o, acked) end
         lock.rep = o -- its extends wait for replicas too
     end
-    if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
-    return lock
+    return hold.taken(lock, o, renew, t0)
 end
 
 -- What an ended acquire counts as (redlock.events), by its code.
 local ACQUIRE_KIND = { locked = "refused", timeout = "timeout", ["no quorum"] = "quorum_failed" }
 
--- Every acquire ends here (started at `start`, after `attempts` requests):
--- counts it in stats() and, with a hook, tells it. Passes the outcome on.
-local function ended(client, o, key, start, attempts, lock, err, code)
-    local waited = now() - start
+-- Every acquire ends here (started at `start`, after `attempts` requests;
+-- t_end: when it ended, if known, else now): counts it in stats() and, with
+-- a hook, tells it. Passes the outcome on.
+local function ended(client, o, key, start, attempts, lock, err, code, t_end)
+    local waited = (t_end or now()) - start
     local kind = lock and "acquired" or ACQUIRE_KIND[code] or "server_error"
     count_acquire(client.st, kind, waited)
     if not lock and kind == "server_error" and client.one then
@@ -377,7 +412,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                 local took = now() - t0
                 if rtt == 0 or took < rtt then rtt = took end
                 if ok then
-                    if server and not waited then server.contended = nil end
+                    if server and not waited then server.contended = false end
                     return ended(client, o, key, start, attempts,
                         taken(client, key, token, v2, o, renew, t0, where2))
                 end
@@ -424,16 +459,21 @@ local function acquire(client, key, o, wait, renew)
             -- comes soon, not after the whole wait)
             return retry(client, key, o, wait, renew, token, start, 0, server:where(), 0)
         end
-        server.contended = nil
+        server.contended = false
     end
-    local ok, v, where, why, why_code, since = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
-        o.on_event, start)
+    local ok, v, where, why, why_code, since = first_attempt(client, key, token, o, start)
     -- a server met for the first time: can it evict a held lock? (once;
     -- Redlock's servers: redlock.quorum)
     if server and ok ~= nil and server.policy == nil then
         eviction.check(client, server, o.on_event, show_key(key))
     end
     if ok then
+        if why then
+            -- (conn:grant's lock, which never waits for replicas; why: when
+            -- its answer came, the end of this acquire)
+            local lock = taken(client, key, token, v, o, renew, start)
+            return ended(client, o, key, start, 1, lock, nil, nil, why)
+        end
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, since or start, where))
     end
     if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
@@ -481,6 +521,9 @@ function Client:try_acquire(key, opts)
     return acquire(self, key, o, 0, o.renew == true)
 end
 
+-- (defined with Lock below; with_lock's finish calls them)
+local release, lock_ended
+
 local function callable(f)
     if type(f) == "function" then return true end
     local mt = type(f) == "table" and getmetatable(f)
@@ -494,7 +537,8 @@ local function finish(client, lock, ok, ...)
     local told, terr = true, nil
     local renewer = client.renewer
     if renewer and (client.polls or renewer:pending()) then told, terr = pcall(dispatch, client) end
-    local released, rerr, rcode = lock:release()
+    -- (Lock:release without its dispatch, just made)
+    local released, rerr, rcode = lock_ended(lock, "released", release(lock, true))
     if not ok then error((...), 0) end
     if not told then error(terr, 0) end
     if not released then return nil, rerr, rcode end
@@ -638,7 +682,7 @@ end
 -- The end of an extend or release (verb: the event of a success): counted
 -- in stats() and, with a hook, told. Passes the outcome on.
 local LOCK_KIND = { ["not owner"] = "not_owner", closed = false }
-local function lock_ended(lock, verb, ok, err, code)
+function lock_ended(lock, verb, ok, err, code)
     local kind = ok and verb or LOCK_KIND[code]
     if kind == nil then kind = "server_error" end
     if kind then
@@ -695,11 +739,12 @@ local function extend(self, ttl)
     return nil, format("%s (extending %s)", where, show_key(self.key)), code
 end
 
-local function release(self)
+-- dispatched: the caller has just run hold.dispatch (with_lock's finish)
+function release(self, dispatched)
     local client = self.client
     if client.closed then return closed() end
     local renewer = client.renewer
-    if renewer and (client.polls or renewer:pending()) then dispatch(client) end
+    if renewer and not dispatched and (client.polls or renewer:pending()) then dispatch(client) end
     if self.released then return not_owner(self, "this client", "already released") end
     -- (a lock without renewal, re-entrance or a known loss skips hold's work)
     local lost = (self.renewal or self.lost_reason) and hold.renewal_lost(self)
@@ -714,7 +759,7 @@ local function release(self)
     -- (a mode "auto" server that took this lock in legacy mode releases it
     -- the legacy way, see redlock.detect.ops_for)
     if server and server.ops == scripted and server.woke_key ~= key
-        and (server.legacy_held == nil or ops_for(server, self.token) == scripted) then
+        and (not server.legacy_held or ops_for(server, self.token) == scripted) then
         -- one server in script mode: the two-key release of
         -- redlock.scripted sent from here, as the first attempt is
         local conn, wkey = server.conn, companion_key(key, WAITERS)
@@ -734,7 +779,7 @@ local function release(self)
     end
     if ok then
         self.released = true
-        if self.owner ~= nil then hold.forget(self) end
+        if client.holds and self.owner ~= nil then hold.forget(self) end
         -- (deleted, but the renewal had found it gone meanwhile: a success
         -- names no server, so name the one there is, or this client)
         if lost then

@@ -92,7 +92,7 @@ end
 -- of its cost.)
 function _M.dispatch(client)
     local r = client.renewer
-    if r == nil then return end
+    if not r then return end
     if client.polls then
         for _, lock in pairs(client.renewing) do
             if lock.on_event then poll(lock) end
@@ -137,6 +137,9 @@ local function renewable(client, token)
     return able >= floor(n / 2) + 1
 end
 
+-- No server in legacy mode (renewer:add reads a missing flag as false).
+local NO_LEGACY = { any = false }
+
 -- The servers' legacy flags for token's lock, which the renewal thread
 -- extends it by (renewer:add): per lock in mode "auto" (each server's flag
 -- is the mode that took the lock there), else the same for every lock
@@ -146,6 +149,10 @@ end
 local function modes(client, token)
     local m = client.modes
     if m then return m end
+    -- (auto, one server that never fell back to legacy mode: redlock.detect
+    -- keeps no legacy_held for it, and it took every lock by script)
+    local one = client.one
+    if one and not one.legacy_held and one.ops.name ~= "legacy" then return NO_LEGACY end
     m = {}
     for i, server in ipairs(client.servers) do
         local caps = server.caps
@@ -186,8 +193,10 @@ end
 local function start_renewal(lock, max_hold, t0)
     local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
-    if lock.ttl < 3 or not renewable(client, lock.token) then return end
-    local r, m = renewer(client), modes(client, lock.token)
+    local m = modes(client, lock.token)
+    -- (without a server in legacy mode for it, every server can renew it)
+    if lock.ttl < 3 or (m.any and not renewable(client, lock.token)) then return end
+    local r = renewer(client)
     local n = #client.servers
     -- a lock that waits for replicas (lock.rep) renews the same way
     local rep = lock.rep
@@ -201,7 +210,7 @@ local function start_renewal(lock, max_hold, t0)
     end
     lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
-    if m.any then lock.legacy_renewal = renewing_legacy(lock) end
+    lock.legacy_renewal = m.any and renewing_legacy(lock) or false
     if lock.on_event then
         -- its renewals are told at the client's calls (see dispatch)
         lock.seen_renewals, lock.seen_failures = 0, 0
@@ -213,13 +222,12 @@ end
 -- hold and starts its renewal. If the renewal thread cannot start, the lock
 -- is released and the error raised again.
 function _M.taken(lock, o, renew, t0)
-    lock.holds = 1
     lock.on_lost = o.on_lost
     if o.reentrant then
         local client, owner = lock.client, o.owner
         if owner == nil then owner = client end
         local holds = client.holds
-        if holds == nil then
+        if not holds then
             holds = {}
             client.holds = holds
         end
@@ -332,7 +340,7 @@ function _M.reenter(client, key, o, renew)
     if owner == nil then owner = client end
     local by_owner = holds and holds[key]
     local lock = by_owner and by_owner[owner]
-    if lock == nil then return nil end
+    if not lock then return nil end
     if lock.released or _M.lost(lock) then
         _M.forget(lock)
         return nil

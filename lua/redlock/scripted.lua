@@ -136,30 +136,37 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     return _M.answer(server, taken, v, at)
 end
 
+local FENCE_COUNTER = util.FENCE_COUNTER
+
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
 -- csrc/scripts.h), in one round trip (conn:grant), on a server whose
 -- connection can (not a Cluster, not inside nginx, and once a script ran:
 -- server.grants).
--- Returns true, fence | false (refused: held by another; the pttl is not
--- known) | nil, err, code | "script", set when the caller must ask the
--- acquire script instead, with the same token; set: the key may hold our
--- token (the script takes it as ours, with a fence of its own; should the
--- script fail, the caller gives it back): the XADD's ID gave no fence (a
--- seq over 99, a string counter from before Redis 5, no streams), its
--- answer came too late, or its reply was lost.
--- valid_until: when the lock's validity ends. XADD runs after the SET,
--- but maybe not right after it: had the key expired in between, a next
--- holder's XADD could have come first. Then the answer comes after the
--- validity ran out, and its fence is not used.
-function _M.grant(server, key, token, ttl, unfenced, valid_until)
+-- Returns true, fence[, t] (t: now() after the answer, when fenced) |
+-- false (refused: held by another; the pttl is not known) | nil, err,
+-- code | "script", set when the caller must ask the acquire script
+-- instead, with the same token; set: the key may hold our token (the
+-- script takes it as ours, with a fence of its own; should the script
+-- fail, the caller gives it back): the XADD's ID gave no fence (a seq over
+-- 99, a string counter from before Redis 5, no streams), its answer came
+-- too late, or its reply was lost.
+-- ttl_s: the ttl as a string (ms_string); valid_until: when the lock's
+-- validity ends. XADD runs after the SET, but maybe not right after it:
+-- had the key expired in between, a next holder's XADD could have come
+-- first. Then the answer comes after the validity ran out, and its fence
+-- is not used.
+function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
     local conn = server.conn
-    local taken, fence, msg, stale
     if unfenced then
-        taken, fence, msg, stale = conn:grant(key, token, ms_string(ttl))
-    else
-        taken, fence, msg, stale = conn:grant(key, token, ms_string(ttl), fence_key(key, false))
+        local taken, err, code, stale = conn:grant(key, token, ttl_s)
+        if taken == 1 then return true, 0 end
+        if taken == 0 then return false end
+        if stale then return "script", true end -- the script path retries
+        return nil, err, code
     end
+    -- (Server counters only: server.grants is false on a Cluster)
+    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER)
     if taken == 1 then
         if not fence then
             -- the key is ours without a fence: give it back
@@ -171,8 +178,9 @@ function _M.grant(server, key, token, ttl, unfenced, valid_until)
             if fence == -2 then server.grants, server.can_grant = false, false end
             return "script", true
         end
-        if not unfenced and now() >= valid_until then return "script", true end
-        return true, fence
+        local t = now()
+        if t >= valid_until then return "script", true end
+        return true, fence, t
     end
     if taken == 0 then return false end
     -- (a failure: nil, message, code, stale)
@@ -224,7 +232,7 @@ function _M.release_waking(server, key, token)
     local r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
         fence_key(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
-    server.woke_key = r == 3 and key or nil
+    server.woke_key = r == 3 and key
     if r == 3 then return true end
     return r == 1
 end

@@ -40,6 +40,11 @@ function _M.new(spec, mode)
         -- streams (before Redis 5), take the scripts' way
         grants = false,
         can_grant = spec.cluster == nil,
+        -- read by every lock (redlock.lua, redlock.scripted): present, so
+        -- that a read does not go on to the metatable
+        refused = false, refused_until = 0, contended = false, woke_key = false,
+        -- (redlock.detect: the locks auto mode took in legacy mode)
+        legacy_held = false,
     }, Server)
 end
 
