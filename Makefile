@@ -23,7 +23,8 @@ CORE        := $(BUILD)/redlock/core.so
 	bench-sentinel \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
-build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so
+build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
+	$(BUILD)/tests/switch_proxy
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
@@ -38,6 +39,12 @@ $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
 $(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/resp.c csrc/resp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ spec/c/encode_bound.c csrc/resp.c $(LDFLAGS)
+
+# A C program for spec/22: a proxy that moves its clients to another
+# server, their connections kept.
+$(BUILD)/tests/switch_proxy: spec/c/switch_proxy.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ spec/c/switch_proxy.c $(LDFLAGS)
 
 # A Lua module for spec/04: fork() a process that has used a client.
 $(BUILD)/tests/forktest.so: spec/c/forktest.c Makefile

@@ -7,8 +7,8 @@
  * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
  *   SERVER  host:port, or a unix socket path (starts with '/')
  *   MODE    cycle  the library's own round trips for acquire+release (the
- *                  fair floor): SET key token NX PX ttl and INCR of the
- *                  fence counter in one write (redlock.scripted.grant),
+ *                  fair floor): SET key token NX PX ttl and XADD of the
+ *                  fence counter stream in one write (redlock.scripted.grant),
  *                  then EVALSHA of the release script
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
  *                  acquire, with the library's release script
@@ -31,9 +31,8 @@
  *           legacy legacy mode's cycle (servers without scripting), one
  *                  command per round trip as the library sends them:
  *                  WATCH, GET, MULTI, SETNX "<expiry ms>:<token>", PEXPIRE,
- *                  INCR fence, TIME, EXEC; WATCH, GET, MULTI, DEL, EXEC
- *                  (not the INCRBY that raises the counter to the clock
- *                  at most once a millisecond)
+ *                  XADD fence, EXEC; WATCH, GET, MULTI, DEL, EXEC
+ *                  (Redis 5.0+: the counter a stream)
  *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
  *           library makes them (shows what that system call costs)
  *   With several servers every request goes to all of them before any reply
@@ -380,8 +379,8 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     char value[64];
     const char *watch[2] = {"WATCH", key}, *get[2] = {"GET", key}, *multi[1] = {"MULTI"};
     const char *setnx[3] = {"SETNX", key, value}, *pexpire[3] = {"PEXPIRE", key, ttl};
-    const char *incr[2] = {"INCR", fence_key}, *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
-    const char *time_cmd[1] = {"TIME"};
+    const char *xadd[7] = {"XADD", fence_key, "MAXLEN", "0", "*", "f", "1"};
+    const char *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(value, sizeof value, "%lld:%s",
              (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + atoll(ttl), token);
@@ -390,8 +389,7 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, multi, REDIS_REPLY_STATUS, replies);
     step(3, setnx, REDIS_REPLY_STATUS, replies); /* QUEUED */
     step(3, pexpire, REDIS_REPLY_STATUS, replies);
-    step(2, incr, REDIS_REPLY_STATUS, replies);
-    step(1, time_cmd, REDIS_REPLY_STATUS, replies);
+    step(7, xadd, REDIS_REPLY_STATUS, replies);
     step(1, exec, REDIS_REPLY_ARRAY, replies);
     step(2, watch, REDIS_REPLY_STATUS, replies);
     step(2, get, REDIS_REPLY_STRING, replies);
@@ -400,15 +398,15 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, exec, REDIS_REPLY_ARRAY, replies);
 }
 
-/* SET NX PX and INCR of the counter in one write on every server, then
+/* SET NX PX and XADD of the counter in one write on every server, then
  * both replies of each: the library's uncontended acquire. */
 static void grant(const char *fence_key, const char **set) {
-    const char *incr[2] = {"INCR", fence_key};
+    const char *xadd[7] = {"XADD", fence_key, "MAXLEN", "0", "*", "f", "1"};
     int i, j, done;
     void *r;
     for (i = 0; i < nservers; i++) {
         if (redisAppendCommandArgv(ctx[i], 6, set, NULL) != REDIS_OK ||
-            redisAppendCommandArgv(ctx[i], 2, incr, NULL) != REDIS_OK)
+            redisAppendCommandArgv(ctx[i], 7, xadd, NULL) != REDIS_OK)
             die("could not encode a command", ctx[i]->errstr);
         do {
             if (redisBufferWrite(ctx[i], &done) != REDIS_OK)
@@ -421,8 +419,8 @@ static void grant(const char *fence_key, const char **set) {
             if (redisGetReply(ctx[i], &r) != REDIS_OK)
                 die("lost the connection", ctx[i]->errstr);
             rep = r;
-            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER))
-                die(j == 0 ? "SET NX PX" : "INCR", "unexpected reply");
+            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_STRING))
+                die(j == 0 ? "SET NX PX" : "XADD", "unexpected reply");
             freeReplyObject(rep);
         }
 }
@@ -521,7 +519,7 @@ int main(int argc, char **argv) {
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
-    snprintf(fence_key, sizeof fence_key, "redlock:fence"); /* one per server */
+    snprintf(fence_key, sizeof fence_key, "redlock:fences"); /* one per server */
     for (; optind < argc; optind++) {
         if (nservers == MAX_SERVERS)
             die("too many servers", NULL);

@@ -5,33 +5,79 @@
 #ifndef REDLOCK_SCRIPTS_H
 #define REDLOCK_SCRIPTS_H
 
-/* The fence (Lua text shared by the scripts that grant a lock): one counter
- * per server (per hash slot on a Cluster), for every lock key: INCR, raised
- * to the server's clock when below it (a SET at most once a millisecond);
- * the clock in ms since 2026-01-01 UTC, times 100: strictly increasing
- * across all grants on the server, and, the counter being lost (restart
- * without persistence, failover to a replica that missed it), still above
- * every fence given before as long as the server's clock does not go back
- * (and fewer than 100 locks a millisecond were granted on average, more
- * than one Redis serves). Fences stay below 10^14 until 2057: "%.14g"
- * (tostring on Lua 5.1 and LuaJIT) writes them whole. (TIME needs effects
- * replication before Redis 5: replicate_commands, called first; a server
- * without it, before 3.2, gets the counter alone.) `counter` is the
- * counter's key, or false when the caller asked for no fence. */
+#include <stddef.h>
+
+/* The fence (Lua text shared by the scripts that grant a lock): one
+ * counter per server (per hash slot on a Cluster), for every lock key. On a
+ * server with streams (Redis 5.0+) the counter is a stream kept empty
+ * (MAXLEN 0 keeps its last ID): XADD * answers an ID "ms-seq" the server
+ * makes greater than the stream's last one from its own clock (ms = the
+ * later of its clock and the last ID's ms, seq counting within that ms),
+ * and the fence is (ms - 2026-01-01 UTC) * 100 + seq: every grant raises
+ * the counter to the clock in one atomic command (the acquire without a
+ * script, conn:grant, sends the same XADD). A seq of 100 or more would
+ * reach the next ms's fences: then the next ms's first ID is taken,
+ * explicitly. A stream lost (restart without persistence, failover to a
+ * replica that missed grants, FLUSHALL, eviction) starts again at the
+ * clock: above every fence given before as long as the clock of the
+ * server that answers is not behind the one that gave them (the same
+ * millisecond aside). Without streams (before 5.0: XADD is unknown) the
+ * counter is a string: INCR, raised to TIME when below it (TIME needs
+ * effects replication before Redis 5: replicate_commands, called first;
+ * a server without it, before 3.2, gets the counter alone). A string
+ * counter met on a server with streams (a server upgraded from before
+ * 5.0) is replaced by the stream, counting on above its value. Fences
+ * stay below 10^14 until 2057: "%.14g" (tostring on Lua 5.1 and LuaJIT)
+ * writes them whole. `counter` is the counter's key, or false when the
+ * caller asked for no fence. A failure raises the server's error before
+ * the caller writes anything. */
+#define REDLOCK_FENCE_EPOCH_MS 1767225600000LL
+#define REDLOCK_FENCE_EPOCH "1767225600000"
 #define REDLOCK_SCRIPT_FENCE_FUNCTION                                       \
     "local seeded = redis.replicate_commands and redis.replicate_commands()\n" \
-    "local function fence(counter)\n"                                       \
-    "  if not counter then return 0 end\n"                                  \
+    "local EPOCH = " REDLOCK_FENCE_EPOCH "\n"                               \
+    "local function xadd(counter, id)\n"                                    \
+    "  return redis.pcall('XADD', counter, 'MAXLEN', '0', id, 'f', '1')\n"  \
+    "end\n"                                                                 \
+    "local function failed(r, what)\n"                                      \
+    "  return type(r) == 'table' and r.err and string.find(r.err, what, 1, true)\n" \
+    "end\n"                                                                 \
+    "local function parse(id)\n"                                            \
+    "  local ms, seq = string.match(id, '^(%d+)-(%d+)$')\n"                 \
+    "  return tonumber(ms), tonumber(seq)\n"                                \
+    "end\n"                                                                 \
+    "local function counted(counter)\n"                                     \
     "  local f = redis.call('INCR', counter)\n"                             \
     "  if seeded then\n"                                                    \
     "    local t = redis.call('TIME')\n"                                    \
     "    local base = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-    "      - 1767225600000) * 100\n"                                         \
+    "      - EPOCH) * 100\n"                                                \
     "    if f < base then\n"                                                \
     "      redis.call('SET', counter, string.format('%.0f', base))\n"       \
     "      f = base\n"                                                      \
     "    end\n"                                                             \
     "  end\n"                                                               \
+    "  return f\n"                                                          \
+    "end\n"                                                                 \
+    "local function fence(counter)\n"                                       \
+    "  if not counter then return 0 end\n"                                  \
+    "  local id, floor = xadd(counter, '*'), -1\n"                          \
+    "  if type(id) ~= 'string' then\n"                                      \
+    "    if failed(id, 'nknown') then return counted(counter) end\n"       \
+    "    if failed(id, 'WRONGTYPE') then\n"                                 \
+    "      floor = redis.call('INCR', counter)\n"                           \
+    "      redis.call('DEL', counter)\n"                                    \
+    "    end\n"                                                             \
+    "    id = redis.call('XADD', counter, 'MAXLEN', '0', '*', 'f', '1')\n" \
+    "  end\n"                                                               \
+    "  local ms, seq = parse(id)\n"                                         \
+    "  local f = (ms - EPOCH) * 100 + seq\n"                                \
+    "  if seq < 100 and f > floor then return f end\n"                     \
+    "  if seq >= 100 then f = (ms + 1 - EPOCH) * 100 end\n"                 \
+    "  if f <= floor then f = floor + 1 end\n"                              \
+    "  local s = f % 100\n"                                                 \
+    "  redis.call('XADD', counter, 'MAXLEN', '0',\n"                        \
+    "    string.format('%.0f-%d', (f - s) / 100 + EPOCH, s), 'f', '1')\n"   \
     "  return f\n"                                                          \
     "end\n"
 
@@ -107,6 +153,8 @@
  * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
  * e.g. written by hand), and to a waiter {0, pttl, server ms} (0 without
  * TIME, before Redis 3.2).
+ * The fence is taken before the key is written: a counter that fails
+ * (not a number, out of memory, no permission) leaves nothing held.
  * Every grant takes a new fence, our own token found again included: the
  * fence given with a lost reply was never seen. Our own token already
  * there counts as held by us, with the ttl refreshed: that makes a retry
@@ -164,6 +212,7 @@
     "  end\n"                                                               \
     "  return {0, pttl, now}\n"                                             \
     "end\n"                                                                 \
+    "local f = fence(counter)\n"                                          \
     "if cur then\n"                                                         \
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                           \
     "else\n"                                                                \
@@ -174,7 +223,7 @@
     "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
     "  redis.call('DEL', KEYS[4])\n"                                        \
     "end\n"                                                                 \
-    "return {1, fence(counter)}\n"
+    "return {1, f}\n"
 
 /* The key KEYS[1] given up by its holder (a single lock, a writer, the
  * last reader) goes to the front of the waiters queue (KEYS[2], data
@@ -350,15 +399,30 @@
 
 /* KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] (optional) its waiters
  * queue. Returns {value or false, pttl, counter, waiters}: what `redlock
- * status` shows (the counter: the last fence the server gave, for any key;
- * waiters: how many are queued), read in one atomic step. For a semaphore
- * the value is {limit, token, ms left, token, ms left, ...} (its unexpired
- * permits, earliest first), for readers the same with -1 for the limit;
- * {0} for a key of another type. */
+ * status` shows (the counter: the last fence the server gave, for any key:
+ * the fence of the stream's last ID, or the string counter of a server
+ * without streams; waiters: how many are queued), read in one atomic step.
+ * For a semaphore the value is {limit, token, ms left, token, ms left, ...}
+ * (its unexpired permits, earliest first), for readers the same with -1
+ * for the limit; {0} for a key of another type. */
 #define REDLOCK_SCRIPT_STATUS                                               \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    "local last = 0\n"                                                      \
+    "local kind = redis.call('TYPE', KEYS[2])\n"                            \
+    "kind = type(kind) == 'table' and kind.ok or kind\n"                    \
+    "if kind == 'stream' then\n"                                            \
+    "  local info = redis.call('XINFO', 'STREAM', KEYS[2])\n"              \
+    "  for i = 1, #info - 1, 2 do\n"                                        \
+    "    if info[i] == 'last-generated-id' then\n"                          \
+    "      local ms, seq = parse(info[i + 1])\n"                            \
+    "      last = (ms - EPOCH) * 100 + math.min(seq, 99)\n"                 \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "elseif kind == 'string' then\n"                                        \
+    "  last = tonumber(redis.call('GET', KEYS[2])) or 0\n"                  \
+    "end\n"                                                                 \
     "local v = redis.pcall('GET', KEYS[1])\n"                               \
-    "local out = {v, redis.call('PTTL', KEYS[1]),\n"                        \
-    "  tonumber(redis.call('GET', KEYS[2]) or '0'),\n"                      \
+    "local out = {v, redis.call('PTTL', KEYS[1]), last,\n"                  \
     "  KEYS[3] and redis.call('ZCARD', KEYS[3]) or 0}\n"                    \
     "if type(v) == 'table' then\n"                                          \
     "  out[1] = {0}\n"                                                      \
@@ -377,14 +441,23 @@
     "return out\n"
 
 /* KEYS[1] fence counter; ARGV[1] a fence. Raises the counter to at least
- * the fence, never lowers it; returns the counter. Redlock writes a lock's
- * fence back to the servers that granted it, so that the next majority,
- * which shares a server with this one, counts past it. */
+ * the fence, never lowers it: the stream's last ID to the fence's (an
+ * explicit XADD, refused when the last ID is already higher), or a string
+ * counter's value. Returns 1. Redlock writes a lock's fence back to the
+ * servers that granted it, so that the next majority, which shares a
+ * server with this one, counts past it. */
 #define REDLOCK_SCRIPT_FENCE_RAISE                                          \
-    "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
+    REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
     "local f = tonumber(ARGV[1])\n"                                        \
-    "if c < f then redis.call('SET', KEYS[1], ARGV[1]) return f end\n"     \
-    "return c\n"
+    "local s = f % 100\n"                                                   \
+    "local r = xadd(KEYS[1], string.format('%.0f-%d', (f - s) / 100 + EPOCH, s))\n" \
+    "if type(r) == 'string' or failed(r, 'smaller') then return 1 end\n"   \
+    "if not (failed(r, 'nknown') or failed(r, 'WRONGTYPE')) then\n"        \
+    "  return redis.call('XADD', KEYS[1], 'MAXLEN', '0', '*', 'f', '1') and 1\n" \
+    "end\n"                                                                 \
+    "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
+    "if c < f then redis.call('SET', KEYS[1], ARGV[1]) end\n"              \
+    "return 1\n"
 
 /* A permit of a counting semaphore (see the layout above). KEYS[1] the
  * key, KEYS[2] the waiters queue, KEYS[3] the waiters' data, KEYS[4] the
@@ -420,13 +493,14 @@
     "  elseif -tonumber(l) ~= limit then return {2, -tonumber(l)} end\n"    \
     "elseif kind ~= 'none' then return {2, 0} end\n"                        \
     "local function grant()\n"                                              \
+    "  local f = fence(counter)\n"                                          \
     "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -limit, 'limit') end\n" \
     "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
     REDLOCK_SCRIPT_SET_TTL("key")                                           \
     "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
     "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
     "  redis.call('DEL', KEYS[4])\n"                                        \
-    "  return {1, fence(counter)}\n"                                        \
+    "  return {1, f}\n"                                                     \
     "end\n"                                                                 \
     "if redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n"      \
     "local free = limit - math.max(0, redis.call('ZCARD', key) - 1)\n"      \
@@ -522,10 +596,10 @@
     "  mine[i] = v\n"                                                       \
     "end\n"                                                                 \
     "local out = {1}\n"                                                     \
+    "for i = 1, n do out[i + 1] = fence(counter) end\n"                     \
     "for i = 1, n do\n"                                                     \
     "  if mine[i] then redis.call('PEXPIRE', KEYS[i], ARGV[2])\n"           \
     "  else redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2]) end\n"       \
-    "  out[i + 1] = fence(counter)\n"                                       \
     "end\n"                                                                 \
     "return out\n"
 
@@ -611,13 +685,14 @@
     "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key) kind = 'none' end\n" \
     "elseif kind ~= 'none' then return {2, 0} end\n"                        \
     "local function grant()\n"                                              \
+    "  local f = fence(counter)\n"                                          \
     "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -1, 'shared') end\n" \
     "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
     REDLOCK_SCRIPT_SET_TTL("key")                                           \
     "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
     "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
     "  redis.call('DEL', KEYS[4])\n"                                        \
-    "  return {1, fence(counter)}\n"                                        \
+    "  return {1, f}\n"                                                     \
     "end\n"                                                                 \
     "if kind == 'zset' and redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n" \
     "if not pttl then\n"                                                    \
@@ -676,5 +751,7 @@ typedef struct {
 /* The table of scripts, with their SHA-1 names filled in once. */
 redlock_script *redlock_scripts(void);
 const redlock_script *redlock_script_find(const char *name);
+/* The fence of a counter stream's ID, -1 when it gives none (script.c). */
+long long redlock_fence_of_id(const char *s, size_t len);
 
 #endif

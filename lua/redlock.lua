@@ -227,7 +227,7 @@ local REFUSED_MS = 1000
 
 -- The first attempt: on one server in script mode, without a script where
 -- the connection can (redlock.scripted.grant: SET NX PX and the fence's
--- INCR in one round trip), else the acquire script, sent from here; else
+-- XADD in one round trip), else the acquire script, sent from here; else
 -- the strategy's. It is the whole way of an uncontended lock, and each
 -- layer in it costs more than its instructions (the code runs cold after
 -- every reply): going through redlock.single and redlock.scripted cost the
@@ -235,32 +235,37 @@ local REFUSED_MS = 1000
 -- o: the call's options (o.fence = false: no counter touched, no fence
 -- answered; o.rep: the lock waits for replicas, the strategy's way). t0:
 -- before the first request. A lock taken by conn:grant comes with a 4th
--- value, now() after the answer (the end of the acquire, for stats()).
+-- value, now() after the answer (the end of the acquire, for stats()); a
+-- lock the acquire script took after grant had sent its own request, with
+-- a 6th: the time before the script's request (the lock's validity counts
+-- from it: the script set or refreshed the key's ttl after it).
 local function first_attempt(client, key, token, o, t0)
     local server, unfenced = client.one, not o.fence
     if not server or server.ops ~= scripted or o.rep then
         return client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, o.rep, o.on_event)
     end
+    local set, since
     if server.grants and (server.refused ~= key or server.refused_until < t0) then
-        -- The fence's INCR runs after the SET, but maybe not right after it:
-        -- had the key expired in between, a next holder's INCR could have
-        -- come first. Then the answer comes after the validity ran out, and
-        -- grant does not use the fence: the script answers instead.
-        local ok, v, code = grant(server, key, token, o.ttl_s, unfenced, t0, t0 + o.valid_ms)
+        local ok, v, code = grant(server, key, token, o.ttl_s, unfenced, t0 + o.valid_ms)
         if ok == true then
             return true, v, nil, code
         elseif ok == false then
             server.refused, server.refused_until = key, t0 + REFUSED_MS
         elseif ok == nil then
             return single.acquired(server, nil, v, code)
+        else
+            set, since = v, now()
         end
         -- ("script", or a refusal: the script says the holder's pttl)
     end
+    local taken, v, at, stale
     if unfenced then
-        return client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, nil, o.on_event)
+        taken, v, at = client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, nil, o.on_event)
+        if taken == nil and set then scripted.release(server, key, token) end
+        return taken, v, at, nil, nil, since
     end
     local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), o.ttl_s
-    local taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     end
@@ -268,8 +273,13 @@ local function first_attempt(client, key, token, o, t0)
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then
         server.refused = false
+    elseif taken == nil and set then
+        -- the key grant set may hold our token: given back (best effort;
+        -- else its ttl ends it)
+        scripted.release(server, key, token)
     end
-    return single.acquired(server, scripted.answer(server, taken, v, at))
+    local ok, fence, acked = single.acquired(server, scripted.answer(server, taken, v, at))
+    return ok, fence, acked, nil, nil, since
 end
 
 -- A lock that replicas acknowledged too late: its validity ran out while
@@ -525,11 +535,11 @@ local function acquire(client, key, o, wait, renew)
         end
         server.contended = false
     end
-    local ok, v, where, why, why_code
+    local ok, v, where, why, why_code, since
     if o.kind then -- (a semaphore, readers, a group: redlock.semaphore, shared, group)
         ok, v, where = o.kind.acquire(client, key, token, o.ttl, nil, nil, not o.fence, o.rep)
     else
-        ok, v, where, why, why_code = first_attempt(client, key, token, o, start)
+        ok, v, where, why, why_code, since = first_attempt(client, key, token, o, start)
     end
     -- a server met for the first time: can it evict a held lock? (once;
     -- Redlock's servers: redlock.quorum)
@@ -543,7 +553,7 @@ local function acquire(client, key, o, wait, renew)
             local lock = taken(client, key, token, v, o, renew, start)
             return ended(client, o, key, start, 1, lock, nil, nil, why)
         end
-        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
+        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, since or start, where))
     end
     if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1) end

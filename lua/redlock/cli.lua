@@ -235,12 +235,25 @@ local function read_status(server, key, mode)
         end
     end
     local replies = {}
-    for i, cmd in ipairs({ { "GET", key }, { "PTTL", key }, { "GET", fkey } }) do
+    for i, cmd in ipairs({ { "GET", key }, { "PTTL", key }, { "TYPE", fkey } }) do
         local r, err, word = server:call(cmd[1], cmd[2])
         if r == nil then return nil, err, word end
         replies[i] = r
     end
-    return replies[1], replies[2], tonumber(replies[3]) or 0
+    -- the counter: a stream's last ID (Redis 5.0+), or a string
+    local last = 0
+    if replies[3] == "stream" then
+        local info = server:call("XINFO", "STREAM", fkey)
+        for i = 1, type(info) == "table" and #info - 1 or 0, 2 do
+            if info[i] == "last-generated-id" then
+                local ms, seq = match(info[i + 1], "^(%d+)%-(%d+)$")
+                last = core.fence_of(ms .. "-" .. (tonumber(seq) < 100 and seq or "99")) or 0
+            end
+        end
+    elseif replies[3] == "string" then
+        last = tonumber((server:call("GET", fkey))) or 0
+    end
+    return replies[1], replies[2], last
 end
 
 local function printable(s) return (gsub(s, "[^%w%p]", "?")) end

@@ -278,10 +278,10 @@ end
 --- A waiting group blocks until the key that refused it is released (or
 -- ms pass): that key's queue wakes it (redlock.notify); nil when it never
 -- joined one (the caller sleeps).
-function _M.strategy.wait(client, _, ms, since, token)
+function _M.strategy.wait(client, _, ms, since, token, final)
     local key = queued[token]
     if not key then return nil end
-    local r = client.servers[1]:wait(key, ms, since, token)
+    local r = client.servers[1]:wait(key, ms, since, token, final)
     -- (a group is only ever woken: a hand-off's element cannot be for it)
     if r == "handed" then return true end
     return r

@@ -70,10 +70,12 @@ end
 --- The fence counter that a lock on `key` takes its fence from: one per
 -- server, for every key (the acquire script, csrc/scripts.h); with
 -- per_slot (a Cluster, where a script's keys must share a slot), one per
--- hash slot: "{tag}redlock:fence", the tag chosen to land in key's slot
+-- hash slot: "{tag}redlock:fences", the tag chosen to land in key's slot
 -- (csrc/slot.c), so that a key's fences come from one counter wherever
--- its slot moves.
-_M.FENCE_COUNTER = "redlock:fence"
+-- its slot moves. A stream on Redis 5.0 and later, a string before. (Not
+-- "redlock:fence", the string counter of versions before the stream:
+-- during a rolling upgrade their INCR would meet the stream.)
+_M.FENCE_COUNTER = "redlock:fences"
 local slot_counters = {}
 function _M.fence_counter(key, per_slot)
     if not per_slot then return _M.FENCE_COUNTER end
