@@ -582,7 +582,8 @@
  * Answers {1, fence of key 1, ..., fence of key n} (fences 0 without a
  * counter), {0, pttl, i} (key i is held by another token, or by readers:
  * nothing was written), {2, M, i} (misuse: key i is a semaphore of limit
- * M, or M = 0 not a lock at all). Every key is read before any is
+ * M, or M = 0 not a lock at all). Every key is read, and every fence
+ * taken (a counter that fails leaves nothing held), before any key is
  * written. */
 #define REDLOCK_SCRIPT_GROUP_ACQUIRE                                        \
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
