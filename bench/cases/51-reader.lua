@@ -7,9 +7,9 @@ return {
     floor = "reader",
     iterations = 1000,
     round_trips = 2,
-    commands = { evalsha = 2, type = 2, time = 4, zremrangebyscore = 1, zscore = 2, zcard = 2, zrange = 3,
-        zadd = 2, pexpire = 1, zrem = 2, hdel = 1, del = 2, incr = 1, exists = 1 },
-    occasional = { set = 1 },
+    commands = { evalsha = 2, type = 2, time = 3, zremrangebyscore = 1, zscore = 2, zcard = 2, zrange = 3,
+        zadd = 2, pexpire = 1, zrem = 2, hdel = 1, del = 2, xadd = 1, exists = 1 },
+    occasional = { xadd = 1 },
     target = { speed_min = { split = 0.86, shared = 0.82 } },
     setup = function(ctx)
         -- (set on the client, as the cycle case passes no options per call:

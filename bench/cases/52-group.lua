@@ -8,8 +8,8 @@ return {
     floor = "group",
     iterations = 1000,
     round_trips = 2,
-    commands = { evalsha = 2, get = 4, set = 2, incr = 2, time = 2, exists = 2, del = 2 },
-    occasional = { set = 2 },
+    commands = { evalsha = 2, get = 4, set = 2, xadd = 2, exists = 2, del = 2 },
+    occasional = { xadd = 2 },
     target = { speed_min = { split = 0.86, shared = 0.82 } },
     setup = function(ctx)
         ctx.client = ctx.redlock.new { servers = ctx.urls }
