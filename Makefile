@@ -19,20 +19,14 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
+	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
 	bench-sentinel \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
-	$(BUILD)/tests/topo_test
+	$(BUILD)/tests/topo_test $(BUILD)/tests/switch_proxy
 
-# The Redis scripts, embedded: csrc/scripts_gen.h is committed (the
-# rockspec's builtin build runs no generator) and written again here when a
-# script changes (spec/09 checks that it matches).
-csrc/scripts_gen.h: $(wildcard scripts/*.lua) tools/embed.lua
-	$(LUA) tools/embed.lua
-
-$(CORE): $(SRCS) $(HDRS) csrc/scripts_gen.h Makefile
+$(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
@@ -52,6 +46,12 @@ TOPO_SRCS   := csrc/topo.c csrc/slot.c
 $(BUILD)/tests/topo_test: spec/c/topo_test.c $(TOPO_SRCS) csrc/topo.h csrc/slot.h csrc/defaults.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(LUA_CFLAGS) -Icsrc -o $@ spec/c/topo_test.c $(TOPO_SRCS) $(HIREDIS_LIBS) $(LUA_LIBS) $(LDFLAGS)
+
+# A C program for spec/22: a proxy that moves its clients to another
+# server, their connections kept.
+$(BUILD)/tests/switch_proxy: spec/c/switch_proxy.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ spec/c/switch_proxy.c $(LDFLAGS)
 
 # A Lua module for spec/04: fork() a process that has used a client.
 $(BUILD)/tests/forktest.so: spec/c/forktest.c Makefile
@@ -139,7 +139,7 @@ FLOOR       := $(BUILD)/bench/floor
 BENCH_BIN   := $(BUILD)/bench
 BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas
 
-$(FLOOR): bench/floor.c csrc/scripts.h csrc/scripts_gen.h Makefile
+$(FLOOR): bench/floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
 
@@ -165,6 +165,12 @@ docs:
 # (bench/server_instructions.sh; about a minute; not in BENCH_EXTRA).
 bench-instructions: build $(FLOOR)
 	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" sh bench/server_instructions.sh
+
+# The client's instructions per cycle, under callgrind: the library (each
+# option combination, with_lock, try_acquire on a held key) against the
+# textbook C loop (bench/client_instructions.sh; about a minute).
+bench-client-instructions: build $(FLOOR)
+	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" sh bench/client_instructions.sh
 
 # The contended-lock benchmark (bench/contended.lua) against a C 1 ms-retry
 # loop (bench/contended_floor.c); `make bench` calls it.
@@ -247,7 +253,7 @@ $(BENCH_BIN)/contended_floor: bench/contended_floor.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(HIREDIS_LIBS) $(LDFLAGS)
 
-$(BENCH_BIN)/tls_floor: bench/tls_floor.c csrc/scripts.h csrc/scripts_gen.h Makefile
+$(BENCH_BIN)/tls_floor: bench/tls_floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/tls_floor.c $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 

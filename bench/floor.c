@@ -7,8 +7,8 @@
  * usage: floor [-n ops] [-w warmup] [-k key] [-t ttl] [-r] MODE SERVER...
  *   SERVER  host:port, or a unix socket path (starts with '/')
  *   MODE    cycle  the library's own round trips for acquire+release (the
- *                  fair floor): SET key token NX PX ttl and INCR of the
- *                  fence counter in one write (redlock.scripted.grant),
+ *                  fair floor): SET key token NX PX ttl and XADD of the
+ *                  fence counter stream in one write (redlock.scripted.grant),
  *                  then EVALSHA of the release script
  *           setnx  SET key token NX PX ttl + EVALSHA release: the textbook
  *                  acquire, with the library's release script
@@ -18,12 +18,21 @@
  *                  the library's): the cycle the library is measured
  *                  against for the server's cost
  *           held   EVALSHA acquire on a key another token holds: refused
+ *           permit a semaphore's cycle (limit 3), as the library sends it:
+ *                  EVALSHA of SEM_ACQUIRE (the key, its waiters queue and
+ *                  data, the caller's hand-off list, the fence counter),
+ *                  then EVALSHA of SEM_RELEASE (the key, queue, data,
+ *                  wake-up list, counter)
+ *           reader a read lock's cycle: RW_READ, then RW_RELEASE_READ, with
+ *                  the same keys
+ *           group  a 2-key group lock's cycle: GROUP_ACQUIRE (KEY, KEY:g2,
+ *                  the counter), then GROUP_RELEASE (the keys and their
+ *                  waiters queues)
  *           legacy legacy mode's cycle (servers without scripting), one
  *                  command per round trip as the library sends them:
  *                  WATCH, GET, MULTI, SETNX "<expiry ms>:<token>", PEXPIRE,
- *                  INCR fence, TIME, EXEC; WATCH, GET, MULTI, DEL, EXEC
- *                  (not the INCRBY that raises the counter to the clock
- *                  at most once a millisecond)
+ *                  XADD fence, EXEC; WATCH, GET, MULTI, DEL, EXEC
+ *                  (Redis 5.0+: the counter a stream)
  *   -r      tokens of 128 bits from getrandom(2), one call per token, as the
  *           library makes them (shows what that system call costs)
  *   With several servers every request goes to all of them before any reply
@@ -81,6 +90,8 @@ static redisContext *ctx[MAX_SERVERS];
 static long server_pid[MAX_SERVERS]; /* INFO server process_id */
 static int nservers;
 static char sha_acquire[41], sha_release[41], sha_textbook[41];
+static char sha_sem_acquire[41], sha_sem_release[41], sha_rw_read[41], sha_rw_release[41];
+static char sha_group_acquire[41], sha_group_release[41];
 /* tokens: the pid (once: getpid is a system call) and a counter */
 static unsigned long long token_prefix;
 static int random_tokens;
@@ -288,7 +299,67 @@ static void check_each(redisReply **replies, int type, long long integer, const 
             die(what, "unexpected reply");
 }
 
-typedef enum { CYCLE, SETNX, TEXTBOOK, HELD, LEGACY } mode;
+typedef enum { CYCLE, SETNX, TEXTBOOK, HELD, LEGACY, PERMIT, READER, GROUP } mode;
+
+/* The companion keys of a key without a hash tag, as the library names
+ * them (lua/redlock/util.lua companion_key). */
+static void companion(char *out, size_t size, const char *key, const char *suffix) {
+    if ((size_t)snprintf(out, size, "{%s}%s", key, suffix) >= size)
+        die("key too long", key);
+}
+
+/* A semaphore's or a reader's cycle, or a 2-key group's: the library's
+ * scripts with the library's keys and arguments. */
+static void kind_cycle(mode m, const char *key, const char *fence_key, const char *ttl, const char *token) {
+    redisReply *replies[MAX_SERVERS];
+    char waiters[300], data[300], handoff[340], wake[300], prefix[300], key2[300], waiters2[300];
+    int i;
+    companion(waiters, sizeof waiters, key, ":waiters");
+    companion(data, sizeof data, key, ":waiting");
+    companion(wake, sizeof wake, key, ":wake");
+    companion(prefix, sizeof prefix, key, ":handoff:");
+    if ((size_t)snprintf(handoff, sizeof handoff, "%s%s", prefix, token) >= sizeof handoff)
+        die("key too long", key);
+    if (m == GROUP) {
+        if ((size_t)snprintf(key2, sizeof key2, "%s:g2", key) >= sizeof key2)
+            die("key too long", key);
+        companion(waiters2, sizeof waiters2, key2, ":waiters");
+        {
+            const char *acq[9] = {"EVALSHA", sha_group_acquire, "3", key, key2, fence_key, token, ttl, "2"};
+            const char *rel[8] = {"EVALSHA", sha_group_release, "4", key, key2, waiters, waiters2, token};
+            fan_out(9, acq, NULL, replies);
+            for (i = 0; i < nservers; i++)
+                if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 1)
+                    die("group_acquire", "unexpected reply");
+            free_all(replies);
+            fan_out(8, rel, NULL, replies);
+            for (i = 0; i < nservers; i++)
+                if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 2)
+                    die("group_release", "unexpected reply");
+            free_all(replies);
+        }
+        return;
+    }
+    {
+        const char *sem[14] = {"EVALSHA", sha_sem_acquire, "5", key, waiters, data, handoff, fence_key,
+                               token, ttl, "3", "0", "w", "1"};
+        const char *read[13] = {"EVALSHA", sha_rw_read, "5", key, waiters, data, handoff, fence_key,
+                                token, ttl, "0", "w", "1"};
+        const char *rel[10] = {"EVALSHA", m == PERMIT ? sha_sem_release : sha_rw_release, "5", key, waiters,
+                               data, wake, fence_key, token, prefix};
+        if (m == PERMIT)
+            fan_out(14, sem, NULL, replies);
+        else
+            fan_out(13, read, NULL, replies);
+        for (i = 0; i < nservers; i++)
+            if (replies[i]->type != REDIS_REPLY_ARRAY || replies[i]->element[0]->integer != 1)
+                die(m == PERMIT ? "sem_acquire" : "rw_read", "unexpected reply");
+        free_all(replies);
+        fan_out(10, rel, NULL, replies);
+        check_each(replies, REDIS_REPLY_INTEGER, 1, "release");
+        free_all(replies);
+    }
+}
 
 /* One command of legacy mode's cycle on every server; dies unless every
  * reply has the type expected. */
@@ -308,8 +379,8 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     char value[64];
     const char *watch[2] = {"WATCH", key}, *get[2] = {"GET", key}, *multi[1] = {"MULTI"};
     const char *setnx[3] = {"SETNX", key, value}, *pexpire[3] = {"PEXPIRE", key, ttl};
-    const char *incr[2] = {"INCR", fence_key}, *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
-    const char *time_cmd[1] = {"TIME"};
+    const char *xadd[7] = {"XADD", fence_key, "MAXLEN", "0", "*", "f", "1"};
+    const char *exec[1] = {"EXEC"}, *del[2] = {"DEL", key};
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(value, sizeof value, "%lld:%s",
              (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + atoll(ttl), token);
@@ -318,8 +389,7 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, multi, REDIS_REPLY_STATUS, replies);
     step(3, setnx, REDIS_REPLY_STATUS, replies); /* QUEUED */
     step(3, pexpire, REDIS_REPLY_STATUS, replies);
-    step(2, incr, REDIS_REPLY_STATUS, replies);
-    step(1, time_cmd, REDIS_REPLY_STATUS, replies);
+    step(7, xadd, REDIS_REPLY_STATUS, replies);
     step(1, exec, REDIS_REPLY_ARRAY, replies);
     step(2, watch, REDIS_REPLY_STATUS, replies);
     step(2, get, REDIS_REPLY_STRING, replies);
@@ -328,15 +398,15 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
     step(1, exec, REDIS_REPLY_ARRAY, replies);
 }
 
-/* SET NX PX and INCR of the counter in one write on every server, then
+/* SET NX PX and XADD of the counter in one write on every server, then
  * both replies of each: the library's uncontended acquire. */
 static void grant(const char *fence_key, const char **set) {
-    const char *incr[2] = {"INCR", fence_key};
+    const char *xadd[7] = {"XADD", fence_key, "MAXLEN", "0", "*", "f", "1"};
     int i, j, done;
     void *r;
     for (i = 0; i < nservers; i++) {
         if (redisAppendCommandArgv(ctx[i], 6, set, NULL) != REDIS_OK ||
-            redisAppendCommandArgv(ctx[i], 2, incr, NULL) != REDIS_OK)
+            redisAppendCommandArgv(ctx[i], 7, xadd, NULL) != REDIS_OK)
             die("could not encode a command", ctx[i]->errstr);
         do {
             if (redisBufferWrite(ctx[i], &done) != REDIS_OK)
@@ -349,8 +419,8 @@ static void grant(const char *fence_key, const char **set) {
             if (redisGetReply(ctx[i], &r) != REDIS_OK)
                 die("lost the connection", ctx[i]->errstr);
             rep = r;
-            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER))
-                die(j == 0 ? "SET NX PX" : "INCR", "unexpected reply");
+            if (rep->type != (j == 0 ? REDIS_REPLY_STATUS : REDIS_REPLY_STRING))
+                die(j == 0 ? "SET NX PX" : "XADD", "unexpected reply");
             freeReplyObject(rep);
         }
 }
@@ -380,6 +450,10 @@ static void one_op(mode m, const char *key, const char *fence_key, const char *t
     }
     if (m == LEGACY) {
         legacy_cycle(key, fence_key, ttl, token);
+        return;
+    }
+    if (m == PERMIT || m == READER || m == GROUP) {
+        kind_cycle(m, key, fence_key, ttl, token);
         return;
     }
     if (m == SETNX || m == TEXTBOOK) {
@@ -434,12 +508,18 @@ int main(int argc, char **argv) {
         m = HELD;
     else if (strcmp(mode_name, "legacy") == 0)
         m = LEGACY;
+    else if (strcmp(mode_name, "permit") == 0)
+        m = PERMIT;
+    else if (strcmp(mode_name, "reader") == 0)
+        m = READER;
+    else if (strcmp(mode_name, "group") == 0)
+        m = GROUP;
     else
-        die("unknown mode (cycle, setnx, textbook, held, legacy)", mode_name);
+        die("unknown mode (cycle, setnx, textbook, held, legacy, permit, reader, group)", mode_name);
     if (strlen(key) > 200 || strchr(key, '{') || strchr(key, '}'))
         die("key: at most 200 bytes, no braces", key);
     /* the library's companion key for a key without a hash tag */
-    snprintf(fence_key, sizeof fence_key, "redlock:fence"); /* one per server */
+    snprintf(fence_key, sizeof fence_key, "redlock:fences"); /* one per server */
     for (; optind < argc; optind++) {
         if (nservers == MAX_SERVERS)
             die("too many servers", NULL);
@@ -449,6 +529,12 @@ int main(int argc, char **argv) {
     load_script(REDLOCK_SCRIPT_ACQUIRE, sha_acquire);
     load_script(REDLOCK_SCRIPT_RELEASE, sha_release);
     load_script(TEXTBOOK_RELEASE, sha_textbook);
+    load_script(REDLOCK_SCRIPT_SEM_ACQUIRE, sha_sem_acquire);
+    load_script(REDLOCK_SCRIPT_SEM_RELEASE, sha_sem_release);
+    load_script(REDLOCK_SCRIPT_RW_READ, sha_rw_read);
+    load_script(REDLOCK_SCRIPT_RW_RELEASE_READ, sha_rw_release);
+    load_script(REDLOCK_SCRIPT_GROUP_ACQUIRE, sha_group_acquire);
+    load_script(REDLOCK_SCRIPT_GROUP_RELEASE, sha_group_release);
     if (m == HELD) {
         const char *hold[5] = {"SET", key, "held-by-someone-else", "PX", "600000"};
         for (i = 0; i < nservers; i++)

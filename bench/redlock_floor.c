@@ -42,7 +42,7 @@ static int step(redisContext **c, int n, int argc, const char **argv) {
 }
 
 static double run(redisContext **c, int n, int cycles, const char *acq, const char *rel) {
-    const char *a[7] = {"EVALSHA", acq, "2", "floor", "redlock:fence", "tok", "10000"};
+    const char *a[7] = {"EVALSHA", acq, "2", "floor", "redlock:fences", "tok", "10000"};
     const char *r[5] = {"EVALSHA", rel, "1", "floor", "tok"};
     double t0 = now_us();
     int k;

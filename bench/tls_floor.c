@@ -190,7 +190,7 @@ static void load_script(const char *source, char *sha) {
 static void one_op(int setnx, const char *key, const char *ttl, unsigned long long seq) {
     char token[33];
     redisReply *replies[MAX_SERVERS];
-    const char *acq[7] = {"EVALSHA", sha_acquire, "2", key, "redlock:fence", token, ttl};
+    const char *acq[7] = {"EVALSHA", sha_acquire, "2", key, "redlock:fences", token, ttl};
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
     const char *rel[5] = {"EVALSHA", sha_release, "1", key, token};
     snprintf(token, sizeof token, "%016llx%016llx", (unsigned long long)getpid(), seq);

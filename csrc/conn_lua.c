@@ -38,7 +38,7 @@ redlock_conn *redlock_conn_test(lua_State *L, int idx) {
 }
 
 static conn_ud *check_conn(lua_State *L) {
-    return (conn_ud *)luaL_checkudata(L, 1, REDLOCK_CONN_MT);
+    return (conn_ud *)redlock_checkself(L, REDLOCK_CONN_MT);
 }
 
 static int push_failure(lua_State *L, conn_ud *u, int code, int stale) {
@@ -140,19 +140,25 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
 /* conn:grant(key, token, ttl[, counter]): the uncontended acquire without a
- * script: SET key token NX PX ttl, and with a counter INCR counter, in one
- * write (one round trip, no Lua on the server). Returns
- *   1, fence, connects      set (fence: INCR's answer; 0 without counter;
- *                           connects: conn:connects() of the connection
- *                           that answered)
- *   1, false, connects, msg set, but INCR failed with msg: the caller
- *                           releases the key
- *   0                       not set: the key exists (INCR ran all the same)
- *   nil, msg, code, stale   as conn:command
- * The INCR runs after the SET on the server (one connection's commands run
- * in order), so a fence is never taken before its grant; the caller relies
- * on a lock's validity for the rest (see redlock.scripted.grant). Not for
- * Cluster conns (the counter's slot is the key's: the scripts' way). */
+ * script: SET key token NX PX ttl, and with a counter the fence's
+ * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
+ * itself, see scripts.h), in one write (one round trip, no Lua on the
+ * server). Returns
+ *   1, fence          set (fence: from XADD's ID; 0 without counter)
+ *   1, -1             set, but the fence must come from the acquire
+ *                     script (which takes the key as ours): a seq over 99,
+ *                     or a string counter (WRONGTYPE, from before 5.0)
+ *   1, -2             the same, on a server without streams (XADD unknown)
+ *   1, false, msg     set, but XADD failed with msg: the caller releases
+ *                     the key
+ *   0                 not set: the key exists (XADD ran all the same)
+ *   nil, msg, code, stale   as conn:command; stale also when SET was
+ *                     answered and XADD's reply lost without a timeout
+ *                     (the key may hold our token: the script retries)
+ * XADD runs after the SET on the server (one connection's commands run in
+ * order); the caller relies on a lock's validity for the rest (see
+ * redlock.scripted.grant). Not for Cluster conns (the counter's slot is
+ * the key's: the scripts' way). */
 static int conn_grant(lua_State *L) {
     conn_ud *u = check_conn(L);
     size_t len[4];
@@ -162,8 +168,8 @@ static int conn_grant(lua_State *L) {
     const char *counter = luaL_optlstring(L, 5, NULL, &len[3]);
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
     size_t setlen[6] = {3, len[0], len[1], 2, 2, len[2]};
-    const char *incr[2] = {"INCR", counter};
-    size_t incrlen[2] = {4, len[3]};
+    const char *xadd[7] = {"XADD", counter, "MAXLEN", "0", "*", "f", "1"};
+    size_t xaddlen[7] = {4, len[3], 6, 1, 1, 1, 1};
     char stack[512], *cmd = NULL;
     long n;
     int reused, failed, got = 0, nreplies = counter != NULL ? 2 : 1, ret;
@@ -185,7 +191,7 @@ static int conn_grant(lua_State *L) {
     if (n >= 0 && cmd != stack)
         free(cmd);
     if (!failed && counter != NULL) {
-        n = redlock_encode(stack, sizeof stack, 2, incr, incrlen, &cmd);
+        n = redlock_encode(stack, sizeof stack, 7, xadd, xaddlen, &cmd);
         failed = n < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)n) != REDIS_OK;
         if (n >= 0 && cmd != stack)
             free(cmd);
@@ -210,9 +216,11 @@ static int conn_grant(lua_State *L) {
         for (i = 0; i < got; i++)
             freeReplyObject(replies[i]);
         redlock_conn_drop(u);
-        /* (SET answered and INCR did not: the key may be ours; its ttl
-         * ends it, as for any lost reply) */
-        return push_failure(L, u, E_CONNECTION, reused && !timed_out && got == 0);
+        /* SET answered and XADD not: the key may be ours, which the
+         * script's retry with the same token takes (or, should it fail,
+         * the caller gives back). A timeout: its ttl ends it, as for any
+         * lost reply. */
+        return push_failure(L, u, E_CONNECTION, !timed_out && (reused || got == 1));
     }
     r = (redisReply *)replies[0];
     if (r->type == REDIS_REPLY_ERROR) {
@@ -245,27 +253,29 @@ static int conn_grant(lua_State *L) {
     }
     freeReplyObject(r);
     lua_pushinteger(L, 1);
-    ret = 3;
+    ret = 2;
     if (counter == NULL) {
         lua_pushinteger(L, 0);
     } else {
         r = (redisReply *)replies[1];
-        if (r->type == REDIS_REPLY_INTEGER) {
-            lua_pushinteger(L, (lua_Integer)r->integer);
+        if (r->type == REDIS_REPLY_STRING) {
+            lua_pushinteger(L, (lua_Integer)redlock_fence_of_id(r->str, r->len));
+        } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0) {
+            lua_pushinteger(L, -1);
+        } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "nknown command") != NULL) {
+            lua_pushinteger(L, -2);
         } else {
             lua_pushboolean(L, 0);
-            ret = 4;
+            ret = 3;
             if (r->type == REDIS_REPLY_ERROR)
                 snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
                          (int)(r->len > 200 ? 200 : r->len), r->str);
             else
-                snprintf(u->err, ERRLEN, "server: %s: unexpected reply to INCR", u->name);
+                snprintf(u->err, ERRLEN, "server: %s: unexpected reply to XADD", u->name);
+            lua_pushstring(L, u->err);
         }
         freeReplyObject(r);
     }
-    lua_pushnumber(L, (lua_Number)u->connects);
-    if (ret == 4)
-        lua_pushstring(L, u->err);
     return ret;
 }
 

@@ -78,6 +78,19 @@ static void push_scripts(lua_State *L) {
     }
 }
 
+/* core.fence_of(id): the fence of a counter stream's ID (legacy mode
+ * takes fences with XADD too), or nil when it gives none (seq over 99). */
+static int core_fence_of(lua_State *L) {
+    size_t len;
+    const char *id = luaL_checklstring(L, 1, &len);
+    long long f = redlock_fence_of_id(id, len);
+    if (f < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)f);
+    return 1;
+}
+
 #if defined(__GNUC__)
 __attribute__((visibility("default")))
 #endif
@@ -87,6 +100,7 @@ int luaopen_redlock_core(lua_State *L) {
         {"now", core_now},
         {"time", core_time},
         {"sleep", core_sleep},
+        {"fence_of", core_fence_of},
         {NULL, NULL},
     };
     redlock_token_pool *pool;

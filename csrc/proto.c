@@ -94,12 +94,26 @@ void redlock_argv_free(redlock_argv *a) {
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
                      const luaL_Reg *methods) {
     if (luaL_newmetatable(L, name)) {
-        luaL_setfuncs(L, meta, 0);
+        /* the metatable as upvalue 1 of each function: redlock_checkself */
+        lua_pushvalue(L, -1);
+        luaL_setfuncs(L, meta, 1);
         lua_newtable(L); /* luaL_newlib needs an array, not a pointer */
-        luaL_setfuncs(L, methods, 0);
+        lua_pushvalue(L, -2);
+        luaL_setfuncs(L, methods, 1);
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
+}
+
+void *redlock_checkself(lua_State *L, const char *name) {
+    void *p = lua_touserdata(L, 1);
+    if (p != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
+    return luaL_checkudata(L, 1, name); /* raises, in Lua's words */
 }
 
 /* encode(arg, ...) -> RESP bytes of one command */

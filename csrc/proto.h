@@ -41,6 +41,12 @@ void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
 struct redisReply;
 const struct redisReply *redlock_check_raw_reply(lua_State *L, int idx);
 
+/* The userdata self (argument 1) of a method or metamethod registered by
+ * redlock_newtype for `name`, else raises as luaL_checkudata. Compares the
+ * metatable with the function's upvalue: luaL_checkudata looks the name up
+ * in the registry, most of a cheap method's cost on the lock's hot path. */
+void *redlock_checkself(lua_State *L, const char *name);
+
 /* Adds encode() and reader() to the table on top of the stack. */
 void redlock_proto_open(lua_State *L);
 

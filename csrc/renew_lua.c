@@ -31,7 +31,7 @@ typedef struct {
 /* --- Lua: renewer -------------------------------------------------------- */
 
 static renewer_ud *check_renewer(lua_State *L) {
-    renewer_ud *ud = (renewer_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWER_MT);
+    renewer_ud *ud = (renewer_ud *)redlock_checkself(L, REDLOCK_RENEWER_MT);
     if (ud->r != NULL)
         renew_after_fork(ud->r);
     return ud;
@@ -300,7 +300,7 @@ static int renewer_tostring(lua_State *L) {
 /* --- Lua: renewal -------------------------------------------------------- */
 
 static entry *check_renewal(lua_State *L) {
-    renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
+    renewal_ud *h = (renewal_ud *)redlock_checkself(L, REDLOCK_RENEWAL_MT);
     if (h->e != NULL)
         renew_after_fork(h->e->r);
     else
@@ -390,7 +390,7 @@ static int renewal_stop(lua_State *L) {
 }
 
 static int renewal_gc(lua_State *L) {
-    renewal_ud *h = (renewal_ud *)luaL_checkudata(L, 1, REDLOCK_RENEWAL_MT);
+    renewal_ud *h = (renewal_ud *)redlock_checkself(L, REDLOCK_RENEWAL_MT);
     entry *e = h->e;
     renewer *r;
     if (e == NULL)

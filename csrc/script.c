@@ -1,15 +1,27 @@
-/* Script registry: the texts of scripts/NAME.lua (csrc/scripts_gen.h), named by
- * SHA-1 for EVALSHA. */
+/* Script registry: texts from scripts.h, named by SHA-1 for EVALSHA. */
 #include "scripts.h"
 
 #include <string.h>
 
 #include "sha1.h"
 
-/* every scripts/NAME.lua (csrc/scripts_gen.h) */
-#define SCRIPT(name, text) {name, text, ""},
-static redlock_script scripts[] = {REDLOCK_SCRIPT_LIST(SCRIPT){NULL, NULL, ""}};
-#undef SCRIPT
+static redlock_script scripts[] = {
+    {"acquire", REDLOCK_SCRIPT_ACQUIRE, ""},
+    {"release", REDLOCK_SCRIPT_RELEASE, ""},
+    {"extend", REDLOCK_SCRIPT_EXTEND, ""},
+    {"status", REDLOCK_SCRIPT_STATUS, ""},
+    {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
+    {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
+    {"sem_acquire", REDLOCK_SCRIPT_SEM_ACQUIRE, ""},
+    {"sem_release", REDLOCK_SCRIPT_SEM_RELEASE, ""},
+    {"rw_read", REDLOCK_SCRIPT_RW_READ, ""},
+    {"rw_release_read", REDLOCK_SCRIPT_RW_RELEASE_READ, ""},
+    {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
+    {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
+    {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},
+    {"group_wait", REDLOCK_SCRIPT_GROUP_WAIT, ""},
+    {NULL, NULL, ""},
+};
 
 redlock_script *redlock_scripts(void) {
     redlock_script *s;
@@ -25,4 +37,27 @@ const redlock_script *redlock_script_find(const char *name) {
         if (strcmp(s->name, name) == 0)
             return s;
     return NULL;
+}
+
+/* The fence of a counter stream's ID "ms-seq" (REDLOCK_SCRIPT_FENCE_FUNCTION
+ * has the rule's server side): (ms - epoch) * 100 + seq; -1 when
+ * seq is 100 or more (it would reach the next ms's fences: the acquire
+ * script takes the next ms's first ID instead), the fence would be 2^53
+ * or more (not exact as a double), or the ID is malformed. */
+long long redlock_fence_of_id(const char *s, size_t len) {
+    unsigned long long ms = 0, seq = 0;
+    size_t i = 0, digits = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9' && digits < 19; i++, digits++)
+        ms = ms * 10 + (unsigned long long)(s[i] - '0');
+    if (digits == 0 || i >= len || s[i] != '-' || ms < (unsigned long long)REDLOCK_FENCE_EPOCH_MS)
+        return -1;
+    for (i++, digits = 0; i < len && s[i] >= '0' && s[i] <= '9' && digits < 3; i++, digits++)
+        seq = seq * 10 + (unsigned long long)(s[i] - '0');
+    if (digits == 0 || i != len || seq >= 100)
+        return -1;
+    ms -= (unsigned long long)REDLOCK_FENCE_EPOCH_MS;
+    /* (a fence from 2^53 on would not be exact as a Lua 5.1 number) */
+    if (ms > (1ULL << 53) / 100 || ms * 100 + seq >= (1ULL << 53))
+        return -1;
+    return (long long)(ms * 100 + seq);
 }

@@ -9,7 +9,9 @@
 -- Misuse (wrong types, bad options) raises. Run-time outcomes return
 -- `nil, message, code`, code one of: locked, timeout, not owner, no quorum,
 -- replicas (fewer replicas than opts.replicas acknowledged the lock's
--- write), connection, server, closed; the message starts with the code word.
+-- write), misuse (the key is held as another kind of lock: a semaphore of
+-- another limit, a semaphore's key taken as a single lock), connection,
+-- server, closed; the message starts with the code word.
 -- @module redlock
 local core = require "redlock.core"
 local cosocket = require "redlock.cosocket"
@@ -24,12 +26,15 @@ local replicas = require "redlock.replicas"
 local ops_for = require("redlock.detect").ops_for
 local events = require "redlock.events"
 local eviction = require "redlock.eviction"
+local semaphore = require "redlock.semaphore"
+local group = require "redlock.group"
+local shared = require "redlock.shared"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
 local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
 local WAITERS, grant = scripted.WAITERS, scripted.grant
-local setmetatable, type, error, pcall, ipairs = setmetatable, type, error, pcall, ipairs
+local setmetatable, type, error, pcall, ipairs, pairs = setmetatable, type, error, pcall, ipairs, pairs
 local format, floor, ceil, find = string.format, math.floor, math.ceil, string.find
 local max, min = math.max, math.min
 local RECHECK_MS = require("redlock.notify").RECHECK_MS
@@ -51,6 +56,13 @@ local Client = {}
 Client.__index = Client
 local Lock = {}
 Lock.__index = Lock
+-- A lock's fields that most locks keep at these values (see taken):
+-- whether this client released it; its re-entrant holds; why it is known
+-- lost (redlock.hold), else false; its renewal (redlock.hold), else false;
+-- how many replicas acknowledged the write that gave its validity (0 when
+-- none was waited for).
+Lock.released, Lock.holds, Lock.lost_reason = false, 1, false
+Lock.renewal, Lock.renewal_id, Lock.replicas = false, false, 0
 
 local CLOSED_MSG = "closed: the client is closed"
 
@@ -72,6 +84,17 @@ local function expiry(client, t0, ttl)
     return t0 + ttl - (ttl * client.drift_factor + 2)
 end
 
+-- What the hot path reads of an options table, made when the table is:
+-- rep (the options themselves when a lock waits for replicas, else
+-- false), ttl_s (the ttl as Redis reads it) and valid_ms (the validity a
+-- lock taken with it has, see expiry).
+local function derive(o)
+    o.rep = replicas.asked(o) and o
+    local ttl = o.ttl
+    o.ttl_s, o.valid_ms = ms_string(ttl), ttl - (ttl * o.drift_factor + 2)
+    return o
+end
+
 --- Makes a client. Raises on bad options; connects lazily.
 -- @tparam[opt] table opts servers, ttl, wait, retry_delay, retry_jitter,
 --   drift_factor, mode, connect_timeout, timeout, tls, replicas,
@@ -82,9 +105,7 @@ function _M.new(opts)
         error(format("bad argument #1 to 'new' (table expected, got %s)", type(opts)), 2)
     end
     opts = opts or {}
-    local o = options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT)
-    -- the options themselves when a lock waits for replicas, else false
-    o.rep = replicas.asked(o) and o
+    local o = derive(options.check("new", opts, options.DEFAULTS, options.CALL, options.CLIENT))
     local specs = options.servers(opts.servers, o.tls)
     -- Inside nginx: cosockets where the phase allows, else hiredis
     -- (redlock.cosocket decides per call); elsewhere hiredis' sockets.
@@ -117,7 +138,7 @@ function _M.new(opts)
         slot_fences = slot_fences,
         strategy = #servers >= 2 and quorum or single,
         -- the server of a single-instance client (see first_attempt)
-        one = #servers == 1 and servers[1] or nil,
+        one = #servers == 1 and servers[1] or false,
         -- the servers' module: its sleep() waits between attempts
         transport = transport,
         closed = false,
@@ -126,14 +147,76 @@ function _M.new(opts)
         -- the counters of stats() (redlock.events), always on
         st = events.new_stats(),
         renewals_base = 0,
+        -- (redlock.hold: the renewal thread, made at the first renewal, and
+        -- whether a renewed lock has a hook; present, as the hot paths read
+        -- them on every call)
+        renewer = false,
+        polls = false,
+        -- (redlock.hold: re-entrant holds, made at the first)
+        holds = false,
     }, Client)
 end
 
 local function call_opts(client, fname, opts)
     if opts == nil then return client.opts end
-    local o = options.check(fname, opts, client.opts, options.CALL)
-    o.rep = replicas.asked(o) and o
-    return o
+    return derive(options.check(fname, opts, client.opts, options.CALL))
+end
+
+-- Why this client cannot take the kind o asks for on key (a permit, a read
+-- lock, a group lock) keeping its guarantees, or nil.
+local function kind_refusal(client, key, o)
+    if o.limit and o.shared then return "cannot be shared too: readers have no limit" end
+    if (o.limit or o.shared) and type(key) == "table" then return "of several keys: it takes one key" end
+    if #client.servers >= 2 then
+        if o.limit then
+            return "over independent masters (Redlock) is refused: N permits on each server do not"
+                .. " bound the holders to N, as two majorities may overlap on different servers"
+        end
+        if type(key) == "table" and client.slot_fences then
+            return "over a Redlock with a Cluster member is not supported: one script takes the keys on each"
+                .. " server, and a Cluster's script touches one hash slot"
+        end
+    end
+    for _, server in ipairs(client.servers) do
+        if server.ops.name == "legacy" then
+            return "needs the server's scripts: legacy mode cannot take it in one atomic step"
+        end
+    end
+    if o.reentrant then return "cannot be reentrant" end
+end
+
+-- The options of a call that takes a permit (opts.limit), a read lock
+-- (opts.shared) or a group lock (a list of keys): o with o.kind, the
+-- strategy that takes, releases and extends it (redlock.semaphore,
+-- redlock.shared, redlock.group); the client's own options are copied once
+-- (per kind) and kept. Raises where this client cannot keep that kind's
+-- guarantees.
+local function kind_opts(client, fname, key, o)
+    local why = kind_refusal(client, key, o)
+    if why then
+        error(format("bad argument to '%s' (%s %s)", fname, o.limit and "a semaphore (limit)"
+            or o.shared and "a read lock (shared)" or "a group lock (a list of keys)", why), 3)
+    end
+    local kind = o.limit and semaphore.strategy(o.limit)
+        or o.shared and (#client.servers >= 2 and shared.quorum or shared.strategy)
+        or #client.servers >= 2 and group.quorum or group.strategy
+    if o ~= client.opts then -- a fresh table (call_opts): ours to complete
+        o.kind = kind
+        return o
+    end
+    local kinds = client.kind_opts
+    if not kinds then
+        kinds = {}
+        client.kind_opts = kinds
+    end
+    local copy = kinds[kind]
+    if copy then return copy end
+    copy = {}
+    for k, v in pairs(o) do copy[k] = v end
+    copy.rep = replicas.asked(copy) and copy
+    copy.kind = kind
+    kinds[kind] = copy
+    return copy
 end
 
 -- A key refused at a first attempt less than this long ago (ms) is likely
@@ -144,48 +227,59 @@ local REFUSED_MS = 1000
 
 -- The first attempt: on one server in script mode, without a script where
 -- the connection can (redlock.scripted.grant: SET NX PX and the fence's
--- INCR in one round trip), else the acquire script, sent from here; else
+-- XADD in one round trip), else the acquire script, sent from here; else
 -- the strategy's. It is the whole way of an uncontended lock, and each
 -- layer in it costs more than its instructions (the code runs cold after
 -- every reply): going through redlock.single and redlock.scripted cost the
 -- cycle 2-3% of the floor's speed. What the answer means is still theirs.
--- unfenced: fence = false (no counter touched, no fence answered). rep:
--- the options when the lock waits for replicas (the strategy's way). t0:
--- before the first request.
-local function first_attempt(client, key, token, ttl, unfenced, rep, hook, t0)
-    local server = client.one
-    if not server or server.ops ~= scripted or rep then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+-- o: the call's options (o.fence = false: no counter touched, no fence
+-- answered; o.rep: the lock waits for replicas, the strategy's way). t0:
+-- before the first request. A lock taken by conn:grant comes with a 4th
+-- value, now() after the answer (the end of the acquire, for stats()); a
+-- lock the acquire script took after grant had sent its own request, with
+-- a 6th: the time before the script's request (the lock's validity counts
+-- from it: the script set or refreshed the key's ttl after it).
+local function first_attempt(client, key, token, o, t0)
+    local server, unfenced = client.one, not o.fence
+    if not server or server.ops ~= scripted or o.rep then
+        return client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, o.rep, o.on_event)
     end
+    local set, since
     if server.grants and (server.refused ~= key or server.refused_until < t0) then
-        -- The fence's INCR runs after the SET, but maybe not right after it:
-        -- had the key expired in between, a next holder's INCR could have
-        -- come first. Then the answer comes after the validity ran out, and
-        -- grant does not use the fence: the script answers instead.
-        local ok, v, code = grant(server, key, token, ttl, unfenced, t0, expiry(client, t0, ttl))
+        local ok, v, code = grant(server, key, token, o.ttl_s, unfenced, t0 + o.valid_ms)
         if ok == true then
-            return true, v
+            return true, v, nil, code
         elseif ok == false then
             server.refused, server.refused_until = key, t0 + REFUSED_MS
         elseif ok == nil then
             return single.acquired(server, nil, v, code)
+        else
+            set, since = v, now()
         end
         -- ("script", or a refusal: the script says the holder's pttl)
     end
+    local taken, v, at, stale
     if unfenced then
-        return client.strategy.acquire(client, key, token, ttl, nil, nil, unfenced, rep, hook)
+        taken, v, at = client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, nil, o.on_event)
+        if taken == nil and set then scripted.release(server, key, token) end
+        return taken, v, at, nil, nil, since
     end
-    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), ms_string(ttl)
-    local taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
+    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), o.ttl_s
+    taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     if taken == nil and stale then -- the retry Server:eval makes
         taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
     end
     if taken == 0 then
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then
-        server.refused = nil
+        server.refused = false
+    elseif taken == nil and set then
+        -- the key grant set may hold our token: given back (best effort;
+        -- else its ttl ends it)
+        scripted.release(server, key, token)
     end
-    return single.acquired(server, scripted.answer(server, taken, v, at))
+    local ok, fence, acked = single.acquired(server, scripted.answer(server, taken, v, at))
+    return ok, fence, acked, nil, nil, since
 end
 
 -- A lock that replicas acknowledged too late: its validity ran out while
@@ -193,48 +287,73 @@ end
 local function too_late(client, key, token, o, acked)
     local msg = format("replicas: %d replicas acknowledged %s after its validity ran out"
         .. " (replica_timeout %d ms, ttl %d ms)", acked, show_key(key), o.replica_timeout, o.ttl)
-    return nil, replicas.released(msg, client.strategy.release(client, key, token)), "replicas"
+    return nil, replicas.released(msg, (o.kind or client.strategy).release(client, key, token)), "replicas"
 end
 
 -- A lock taken at t0 (before the request), with its renewal, re-entrant
 -- hold or on_lost when asked for (redlock.hold). acked: how many replicas
 -- acknowledged it (o.rep), else nil.
 local function taken(client, key, token, fence, o, renew, t0, acked)
-    local ttl = o.ttl
+    if not (renew or acked or o.reentrant or o.on_lost or o.kind) then
+        -- the usual lock: the fields every lock has; released, holds,
+        -- lost_reason, renewal, renewal_id and replicas read their defaults
+        -- from Lock (a field costs the making of every lock more than a
+        -- default costs its reads)
+        return setmetatable({
+            key = key,
+            token = token,
+            fence = o.fence and fence or nil,
+            client = client,
+            ttl = o.ttl,
+            expires = t0 + o.valid_ms, -- expiry(), made once per options (derive)
+            -- opts.on_event (redlock.events), or nil
+            on_event = o.on_event,
+        }, Lock)
+    end
+    -- one that redlock.hold or the replicas' check add to: made with the
+    -- fields they set (and a hash part with room for the rest), which then
+    -- cost no rehash of the table
     local lock = setmetatable({
         key = key,
         token = token,
         fence = o.fence and fence or nil,
         client = client,
-        ttl = ttl,
-        expires = t0 + ttl - (ttl * client.drift_factor + 2), -- expiry(), inline
+        ttl = o.ttl,
+        expires = t0 + o.valid_ms,
         released = false,
-        holds = 1,
-        -- set when renewed (redlock.hold): made here, the fields cost no
-        -- rehash of the table then
         renewal = false,
         renewal_id = false,
-        -- replicas that acknowledged the write that gave its validity; 0
-        -- when none was waited for
-        replicas = acked or 0,
-        -- opts.on_event (redlock.events), or nil
+        legacy_renewal = false,
+        replicas = acked, -- (else Lock's 0)
         on_event = o.on_event,
     }, Lock)
+    local kind = o.kind
+    if kind then
+        -- a permit or a group lock: its own release and extend
+        lock.strategy = kind
+        if kind.limit then
+            lock.limit = kind.limit
+        elseif kind.shared then
+            lock.shared = true
+        else
+            lock.keys, lock.fences, lock.fence = key, lock.fence, nil
+        end
+    end
     if acked then
         if lock.expires <= now() then return too_late(client, key, token, o, acked) end
         lock.rep = o -- its extends wait for replicas too
     end
-    if renew or o.reentrant or o.on_lost then return hold.taken(lock, o, renew, t0) end
-    return lock
+    return hold.taken(lock, o, renew, t0)
 end
 
 -- What an ended acquire counts as (redlock.events), by its code.
 local ACQUIRE_KIND = { locked = "refused", timeout = "timeout", ["no quorum"] = "quorum_failed" }
 
--- Every acquire ends here (started at `start`, after `attempts` requests):
--- counts it in stats() and, with a hook, tells it. Passes the outcome on.
-local function ended(client, o, key, start, attempts, lock, err, code)
-    local waited = now() - start
+-- Every acquire ends here (started at `start`, after `attempts` requests;
+-- t_end: when it ended, if known, else now): counts it in stats() and, with
+-- a hook, tells it. Passes the outcome on.
+local function ended(client, o, key, start, attempts, lock, err, code, t_end)
+    local waited = (t_end or now()) - start
     local kind = lock and "acquired" or ACQUIRE_KIND[code] or "server_error"
     count_acquire(client.st, kind, waited)
     if not lock and kind == "server_error" and client.one then
@@ -267,7 +386,7 @@ end
 -- to it meanwhile is its own (returned); one whose hand-off it cannot know
 -- (fence unknown) is released, which hands it to the next waiter.
 local function leave(client, key, token, o, renew, t_refused)
-    local strategy = client.strategy
+    local strategy = o.kind or client.strategy
     local outcome, fence, since = strategy.give_up(client, key, token)
     if outcome == "handed" then return handed(client, key, token, o, renew, t_refused, fence, since) end
     if outcome == "held" then strategy.release(client, key, token) end
@@ -291,7 +410,7 @@ end
 -- moment still hands over.
 local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
     local hook = o.on_event
-    local strategy, ttl, unfenced, rep = client.strategy, o.ttl, not o.fence, o.rep
+    local strategy, ttl, unfenced, rep = o.kind or client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
     -- a notified waiter's refusals put it in the waiters queue, whose
     -- releases hand it the lock or wake it (waiting: ms it may still wait;
@@ -367,7 +486,7 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                 local took = now() - t0
                 if rtt == 0 or took < rtt then rtt = took end
                 if ok then
-                    if server and not waited then server.contended = nil end
+                    if server and not waited then server.contended = false end
                     return ended(client, o, key, start, attempts,
                         taken(client, key, token, v2, o, renew, t0, where2))
                 end
@@ -414,17 +533,27 @@ local function acquire(client, key, o, wait, renew)
             -- comes soon, not after the whole wait)
             return retry(client, key, o, wait, renew, token, start, 0, server:where(), 0)
         end
-        server.contended = nil
+        server.contended = false
     end
-    local ok, v, where, why, why_code = first_attempt(client, key, token, o.ttl, not o.fence, o.rep,
-        o.on_event, start)
+    local ok, v, where, why, why_code, since
+    if o.kind then -- (a semaphore, readers, a group: redlock.semaphore, shared, group)
+        ok, v, where = o.kind.acquire(client, key, token, o.ttl, nil, nil, not o.fence, o.rep)
+    else
+        ok, v, where, why, why_code, since = first_attempt(client, key, token, o, start)
+    end
     -- a server met for the first time: can it evict a held lock? (once;
     -- Redlock's servers: redlock.quorum)
     if server and ok ~= nil and server.policy == nil then
         eviction.check(client, server, o.on_event, show_key(key))
     end
     if ok then
-        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, start, where))
+        if why then
+            -- (conn:grant's lock, which never waits for replicas; why: when
+            -- its answer came, the end of this acquire)
+            local lock = taken(client, key, token, v, o, renew, start)
+            return ended(client, o, key, start, 1, lock, nil, nil, why)
+        end
+        return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, since or start, where))
     end
     if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
     if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1) end
@@ -450,8 +579,12 @@ end
 --   (timeout, locked when wait is 0, replicas, connection, server, closed,
 --   no quorum)
 function Client:acquire(key, opts)
-    if type(key) ~= "string" or key == "" then bad_key("acquire", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("acquire", key) end
+        key = group.keys("acquire", key)
+    end
     local o = opts == nil and self.opts or call_opts(self, "acquire", opts)
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -463,13 +596,20 @@ end
 -- @tparam[opt] table opts ttl
 -- @treturn Lock|nil the lock, or nil, message, code (locked, connection, ...)
 function Client:try_acquire(key, opts)
-    if type(key) ~= "string" or key == "" then bad_key("try_acquire", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("try_acquire", key) end
+        key = group.keys("try_acquire", key)
+    end
     local o = opts == nil and self.opts or call_opts(self, "try_acquire", opts)
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "try_acquire", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
     return acquire(self, key, o, 0, o.renew == true)
 end
+
+-- (defined with Lock below; with_lock's finish calls them)
+local release, lock_ended
 
 local function callable(f)
     if type(f) == "function" then return true end
@@ -484,7 +624,8 @@ local function finish(client, lock, ok, ...)
     local told, terr = true, nil
     local renewer = client.renewer
     if renewer and (client.polls or renewer:pending()) then told, terr = pcall(dispatch, client) end
-    local released, rerr, rcode = lock:release()
+    -- (Lock:release without its dispatch, just made)
+    local released, rerr, rcode = lock_ended(lock, "released", release(lock, true))
     if not ok then error((...), 0) end
     if not told then error(terr, 0) end
     if not released then return nil, rerr, rcode end
@@ -505,12 +646,16 @@ end
 function Client:with_lock(key, opts, fn)
     -- (type() first: callable() is a call, and functions are the usual case)
     if fn == nil and (type(opts) == "function" or callable(opts)) then opts, fn = nil, opts end
-    if type(key) ~= "string" or key == "" then bad_key("with_lock", key) end
+    if type(key) ~= "string" or key == "" then
+        if type(key) ~= "table" then bad_key("with_lock", key) end
+        key = group.keys("with_lock", key)
+    end
     if type(fn) ~= "function" and not callable(fn) then
         error(format("bad argument #%d to 'with_lock' (function expected, got %s)",
             opts == nil and 2 or 3, type(fn)), 2)
     end
     local o = opts == nil and self.opts or call_opts(self, "with_lock", opts)
+    if o.limit or o.shared or type(key) == "table" then o = kind_opts(self, "with_lock", key, o) end
     if self.closed then return closed() end
     local renewer = self.renewer
     if renewer and (self.polls or renewer:pending()) then dispatch(self) end
@@ -628,7 +773,7 @@ end
 -- The end of an extend or release (verb: the event of a success): counted
 -- in stats() and, with a hook, told. Passes the outcome on.
 local LOCK_KIND = { ["not owner"] = "not_owner", closed = false }
-local function lock_ended(lock, verb, ok, err, code)
+function lock_ended(lock, verb, ok, err, code)
     local kind = ok and verb or LOCK_KIND[code]
     if kind == nil then kind = "server_error" end
     if kind then
@@ -663,7 +808,7 @@ local function extend(self, ttl)
     if self.released then return not_owner(self, "this client", "already released") end
     local t0 = now()
     local rep = self.rep
-    local ok, where, code = client.strategy.extend(client, self.key, self.token, ttl, rep)
+    local ok, where, code = (self.strategy or client.strategy).extend(client, self.key, self.token, ttl, rep)
     if ok then
         self.expires = expiry(client, t0, ttl)
         self.ttl = ttl
@@ -685,11 +830,12 @@ local function extend(self, ttl)
     return nil, format("%s (extending %s)", where, show_key(self.key)), code
 end
 
-local function release(self)
+-- dispatched: the caller has just run hold.dispatch (with_lock's finish)
+function release(self, dispatched)
     local client = self.client
     if client.closed then return closed() end
     local renewer = client.renewer
-    if renewer and (client.polls or renewer:pending()) then dispatch(client) end
+    if renewer and not dispatched and (client.polls or renewer:pending()) then dispatch(client) end
     if self.released then return not_owner(self, "this client", "already released") end
     -- (a lock without renewal, re-entrance or a known loss skips hold's work)
     local lost = (self.renewal or self.lost_reason) and hold.renewal_lost(self)
@@ -703,8 +849,8 @@ local function release(self)
     local server, key = client.one, self.key
     -- (a mode "auto" server that took this lock in legacy mode releases it
     -- the legacy way, see redlock.detect.ops_for)
-    if server and server.ops == scripted and server.woke_key ~= key
-        and (server.legacy_held == nil or ops_for(server, self.token) == scripted) then
+    if server and server.ops == scripted and server.woke_key ~= key and not self.strategy
+        and (not server.legacy_held or ops_for(server, self.token) == scripted) then
         -- one server in script mode: the two-key release of
         -- redlock.scripted sent from here, as the first attempt is
         local conn, wkey = server.conn, companion_key(key, WAITERS)
@@ -720,11 +866,11 @@ local function release(self)
             ok, where = single.released(server, false)
         end
     else
-        ok, where, code = client.strategy.release(client, key, self.token)
+        ok, where, code = (self.strategy or client.strategy).release(client, key, self.token)
     end
     if ok then
         self.released = true
-        if self.owner ~= nil then hold.forget(self) end
+        if client.holds and self.owner ~= nil then hold.forget(self) end
         -- (deleted, but the renewal had found it gone meanwhile: a success
         -- names no server, so name the one there is, or this client)
         if lost then
@@ -761,6 +907,10 @@ function Lock:__close()
 end
 
 function Lock:__tostring()
+    if self.keys then
+        return format("redlock.lock (%s, a group%s)", show_key(self.keys),
+            self.released and ", released" or "")
+    end
     return format("redlock.lock (%s, fence %s%s)", show_key(self.key), tostring(self.fence),
         self.released and ", released" or "")
 end

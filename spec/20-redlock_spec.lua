@@ -118,23 +118,23 @@ describe("Redlock over 5 servers", function()
     it("lock.fence is the largest of the fences of the servers that granted", function()
         local key = helper.key()
         local c = new_client()
-        data[2]:command("SET", "redlock:fence", string.format("%.0f", AHEAD))
+        helper.set_fence(data[2], AHEAD)
         local lock = assert(c:acquire(key))
         assert.equal(AHEAD + 1, lock.fence)
         lock:release()
         lock = assert(c:acquire(key))
         assert.equal(AHEAD + 2, lock.fence)
         lock:release()
-        for i = 1, N do data[i]:command("DEL", "redlock:fence") end
+        for i = 1, N do data[i]:command("DEL", "redlock:fences") end
     end)
 
     it("fences strictly increase across holders granted by different majorities", function()
         local key = helper.key()
-        finally(function() for i = 1, N do data[i]:command("DEL", "redlock:fence", key) end end)
+        finally(function() for i = 1, N do data[i]:command("DEL", "redlock:fences", key) end end)
         -- servers 1-2 ahead; the first holder gets servers 1-3 (4-5 held by
         -- someone else), the second only 3-5 (1-2 held): server 3, in both
         -- majorities, must have learnt the first fence
-        for i = 1, 2 do data[i]:command("SET", "redlock:fence", string.format("%.0f", AHEAD)) end
+        for i = 1, 2 do helper.set_fence(data[i], AHEAD) end
         for i = 4, 5 do data[i]:command("SET", key, "someone-else", "PX", 5000) end
         local first = assert(new_client():acquire(key))
         assert.equal(AHEAD + 1, first.fence)

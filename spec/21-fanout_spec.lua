@@ -164,7 +164,7 @@ describe("core.fanout", function()
     it("fanout_eval runs a named script, with one EVAL where the server answers NOSCRIPT", function()
         local key = helper.key()
         conns[2]:command("SCRIPT", "FLUSH")
-        local values = core.fanout_eval(conns, 1000, "acquire", 2, key, "redlock:fence", "tok", 5000)
+        local values = core.fanout_eval(conns, 1000, "acquire", 2, key, "redlock:fences", "tok", 5000)
         for i = 1, 3 do
             assert.equal(1, values[i][1])
             assert.is_true(values[i][2] > 2 ^ 40) -- a fence: ms since 2026, x 100

@@ -41,9 +41,9 @@ describe("Cluster URLs and tables", function()
         for _, key in ipairs({ "a", "order:17", "{user:1}cart", "x}y", "{}z", "\0\255" }) do
             local counter = util.fence_counter(key, true)
             assert.equal(core.keyslot(key), core.keyslot(counter))
-            assert.matches("}redlock:fence$", counter)
+            assert.matches("}redlock:fences$", counter)
         end
-        assert.equal("redlock:fence", util.fence_counter("a"))
+        assert.equal("redlock:fences", util.fence_counter("a"))
     end)
 end)
 
@@ -98,7 +98,7 @@ describe("Cluster", function()
         for _, node in ipairs(cluster.nodes) do
             if node:cli("ROLE"):match("^master") then
                 for k in node:cli("KEYS", "*"):gmatch("[^\n]+") do
-                    assert.matches("}redlock:fence$", k)
+                    assert.matches("}redlock:fences$", k)
                 end
             end
         end

@@ -362,8 +362,9 @@ describe("notified waiting", function()
         c:close()
     end)
 
-    it("an uncontended acquire and release are SET, INCR and one EVALSHA, and no wake-up commands", function()
+    it("an uncontended acquire and release are SET, XADD and one EVALSHA, and no wake-up commands", function()
         helper.needs("evalsha_stats")
+        helper.needs("streams")
         local function calls()
             local info, t = data:command("INFO", "commandstats"), {}
             for name, n in info:gmatch("cmdstat_(%w+):calls=(%d+)") do t[name] = tonumber(n) end
@@ -375,11 +376,11 @@ describe("notified waiting", function()
         for _ = 1, 5 do assert(assert(client:acquire(key)):release()) end
         local after = calls()
         local function delta(name) return (after[name] or 0) - (before[name] or 0) end
-        -- SET NX PX and INCR (redlock.scripted.grant); the release script:
+        -- SET NX PX and XADD (redlock.scripted.grant); the release script:
         -- GET, EXISTS, DEL
         assert.equal(5, delta("evalsha"))
         assert.equal(5, delta("set"))
-        assert.equal(5, delta("incr"))
+        assert.equal(5, delta("xadd"))
         assert.equal(5, delta("exists"))
         assert.equal(5, delta("del"))
         for _, name in ipairs { "rpush", "pexpire", "zadd", "zrem", "eval", "blpop" } do

@@ -52,8 +52,8 @@ describe("hosts: " .. (rawget(_G, "jit") and jit.version or _VERSION), function(
         assert.is_true(lock.fence > 2 ^ 40) -- the server's clock: ms since 2026, x 100
         assert.is_true(lock:release())
         -- a counter near 2^53 (a double's last exact integer)
-        data:command("SET", "redlock:fence", "9007199254740980")
-        finally(function() data:command("DEL", "redlock:fence") end)
+        helper.set_fence(data, 9007199254740980)
+        finally(function() data:command("DEL", "redlock:fences") end)
         lock = assert(client:acquire(key))
         assert.is_true(is_integer(lock.fence))
         assert.equal(9007199254740981, lock.fence)

@@ -14,7 +14,7 @@ local VARS = {
     "REDLOCK_SERVERS", "REDLOCK_TTL", "REDLOCK_WAIT", "REDLOCK_MODE", "REDLOCK_CONNECT_TIMEOUT",
     "REDLOCK_TIMEOUT", "REDLOCK_KILL_ON_LOST", "REDLOCK_CONFLICT_EXIT_CODE", "REDLOCK_QUIET",
     "REDLOCK_PASSWORD", "REDLOCK_USERNAME", "REDLOCK_REPLICAS", "REDLOCK_REPLICA_TIMEOUT",
-    "REDLOCK_VERBOSE",
+    "REDLOCK_VERBOSE", "REDLOCK_LIMIT", "REDLOCK_SHARED",
 }
 
 local function read(path)
@@ -254,7 +254,7 @@ describe("redlock command", function()
             local k, token, fence, ttl, held = out:match("^(.-)|(%x+)|(%d+)|(%d+)\n(%x+)\n$")
             assert.equal(key, k)
             assert.equal(token, held)
-            assert.equal(data:command("GET", "redlock:fence"), fence)
+            assert.equal(helper.last_fence(data), fence)
             assert.equal("10000", ttl)
             assert.equal(0, data:command("EXISTS", key))
         end)
@@ -461,7 +461,7 @@ describe("redlock command", function()
                 out:match("^held server=%S+ token=(%x+) remaining_ms=(%d+) fence=(%d+)\n$")
             assert.equal(token:sub(1, 8), prefix)
             assert.is_true(tonumber(ms) > 20000 and tonumber(ms) <= 30000)
-            assert.equal(data:command("GET", "redlock:fence"), fence)
+            assert.equal(helper.last_fence(data), fence)
             assert.equal(0, (redlock({ "-s", url, "-q", "status", key })))
 
             assert.equal(0, (redlock({ "-s", url, "-t", "2m", "extend", key, token })))

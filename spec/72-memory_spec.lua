@@ -193,7 +193,7 @@ describe("a full memory (noeviction)", function()
                 local client = redlock.new { servers = { server:url() }, mode = mode, retry_delay = 10 }
                 local held_key, key = helper.key("held"), helper.key("oom")
                 local held = assert(client:acquire(held_key, { ttl = 60000 }))
-                local fence = data:command("GET", "redlock:fence")
+                local fence = helper.last_fence(data)
                 assert.matches(": OOM command not allowed", oom(data))
                 local lock, err, code = client:try_acquire(key)
                 assert.is_nil(lock)
@@ -204,7 +204,7 @@ describe("a full memory (noeviction)", function()
                 -- a waiter behind a holder: in legacy mode (only reads
                 -- while the key is held) it waits and gives up as usual; in
                 -- script mode its first attempt may be SET NX PX with the
-                -- fence's INCR (redlock.scripted.grant), which a full memory
+                -- fence's XADD (redlock.scripted.grant), which a full memory
                 -- refuses before it can say the key is held: `server`, OOM,
                 -- at once; or the acquire script, which is let go on under
                 -- OOM (its waiters queue entry made, then removed when it
@@ -220,7 +220,7 @@ describe("a full memory (noeviction)", function()
                 end
                 assert.equal("", leftovers(data, key))
                 assert.equal(held_key, leftovers(data, held_key))
-                assert.equal(fence, data:command("GET", "redlock:fence"))
+                assert.equal(fence, helper.last_fence(data))
                 data:command("CONFIG", "SET", "maxmemory", "0")
                 assert.is_true(held:release())
                 lock = assert(client:try_acquire(key))

@@ -166,6 +166,7 @@ local FEATURES = {
     script_time = { 30200, "TIME in scripts (effects replication): clock-seeded fences, the direct hand-off" },
     sentinel_auth = { 50001, "a password on the sentinels (requirepass in sentinel mode)" },
     script_effects = { 50000, "scripts replicated by their effects (a replica runs no EVALSHA)" },
+    streams = { 50000, "streams (XADD): the fence counter a stream, the acquire without a script" },
     blpop_ms = { 60000, "BLPOP with a fractional timeout" },
     acl = { 60000, "ACL users" },
     functions = { 70000, "FUNCTION/FCALL" },
@@ -708,6 +709,35 @@ function _M.median(t)
     for i, v in ipairs(t) do s[i] = v end
     table.sort(s)
     return s[math.floor((#s + 1) / 2)]
+end
+
+--- The last fence a server's counter gave (what `redlock status` shows),
+-- as a string of digits: the stream's last ID as a fence (Redis 5.0+), or
+-- a string counter's value; "0" when there is none. data: a conn.
+function _M.last_fence(data, counter)
+    counter = counter or "redlock:fences"
+    local kind = data:command("TYPE", counter)
+    if kind == "string" then return data:command("GET", counter) end
+    if kind ~= "stream" then return "0" end
+    local info = data:command("XINFO", "STREAM", counter)
+    for i = 1, #info - 1, 2 do
+        if info[i] == "last-generated-id" then
+            local ms, n = info[i + 1]:match("^(%d+)%-(%d+)$")
+            return string.format("%.0f", (tonumber(ms) - 1767225600000) * 100 + math.min(tonumber(n), 99))
+        end
+    end
+end
+
+--- Sets a server's fence counter so that its next fence is fence + 1 (a
+-- stream whose last ID is that fence's; on a server without streams, a
+-- string counter). data: a conn.
+function _M.set_fence(data, fence, counter)
+    counter = counter or "redlock:fences"
+    data:command("DEL", counter)
+    local n = fence % 100
+    local r = data:command("XADD", counter, "MAXLEN", "0",
+        string.format("%.0f-%d", (fence - n) / 100 + 1767225600000, n), "f", "1")
+    if r == nil then data:command("SET", counter, string.format("%.0f", fence)) end
 end
 
 --- The ms a key has left on a redis.core conn: PTTL, or before Redis 2.6

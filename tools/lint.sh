@@ -18,7 +18,7 @@ check() {
         failed=$((failed + 1))
     fi
 }
-check luacheck luacheck --no-color -q lua scripts spec examples $(ls -d bench tools 2>/dev/null)
+check luacheck luacheck --no-color -q lua spec examples $(ls -d bench tools 2>/dev/null)
 check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
     --std=c99 --inline-suppr -I csrc $LUA_CFLAGS csrc fuzz
 # shellcheck disable=SC2086

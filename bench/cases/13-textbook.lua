@@ -3,6 +3,6 @@
 return dofile("bench/textbook.lua") {
     id = "textbook",
     title = "acquire+release vs textbook",
-    commands = { set = 1, incr = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
-    sent = { "set", "incr" },
+    commands = { set = 1, xadd = 1, evalsha = 1, get = 1, exists = 1, del = 1 },
+    sent = { "set", "xadd" },
 }

@@ -1,18 +1,18 @@
 -- Legacy mode's cycle (mode = "legacy", here on a normal server): servers
--- without scripting get WATCH, GET, MULTI, SETNX, PEXPIRE, INCR fence, TIME,
--- EXEC to take the lock and WATCH, GET, MULTI, DEL, EXEC to release it, each
--- a round trip. The floor sends the same thirteen commands from C. At most
--- once a millisecond an INCRBY raises the fence counter to the server's clock.
+-- without scripting get WATCH, GET, MULTI, SETNX, PEXPIRE, XADD fence, EXEC
+-- to take the lock and WATCH, GET, MULTI, DEL, EXEC to release it, each a
+-- round trip (Redis 5.0+: the fence counter a stream, raised to the
+-- server's clock by XADD itself). The floor sends the same twelve commands
+-- from C.
 return {
     id = "legacy",
     title = "legacy mode: acquire+release",
     floor = "legacy",
     iterations = 300,
-    round_trips = 13,
+    round_trips = 12,
     commands = {
-        watch = 2, get = 2, multi = 2, setnx = 1, pexpire = 1, incr = 1, time = 1, exec = 2, del = 1,
+        watch = 2, get = 2, multi = 2, setnx = 1, pexpire = 1, xadd = 1, exec = 2, del = 1,
     },
-    occasional = { incrby = 1 },
     setup = function(ctx)
         ctx.client = ctx.redlock.new { servers = ctx.urls, mode = "legacy" }
         return ctx

@@ -9,7 +9,7 @@ return {
     floor_b = "-r cycle",
     iterations = 1000,
     round_trips = 2,
-    commands = { set = 1, incr = 1, evalsha = 1, get = 1, del = 1 },
-    sent = { "set", "incr" },
-    floor_sent = { "set", "incr" },
+    commands = { set = 1, xadd = 1, evalsha = 1, get = 1, del = 1 },
+    sent = { "set", "xadd" },
+    floor_sent = { "set", "xadd" },
 }

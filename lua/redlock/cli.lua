@@ -11,6 +11,10 @@ local args_mod = require "redlock.cli.args"
 local codes = require "redlock.cli.codes"
 local run_mod = require "redlock.cli.run"
 local scripted = require "redlock.scripted"
+local semaphore = require "redlock.semaphore"
+local group = require "redlock.group"
+local shared = require "redlock.shared"
+local notify = require "redlock.notify"
 
 local format, match, find, gsub, sub = string.format, string.match, string.find, string.gsub, string.sub
 local show_key = require("redlock.util").show_key
@@ -26,6 +30,7 @@ usage: redlock run [options] KEY [--] CMD [ARGS...]
        redlock status [options] KEY
        redlock release [options] KEY TOKEN
        redlock extend [options] KEY TOKEN
+       (several keys at once: --key KEY for each, instead of KEY)
 ]=]
 
 _M.HELP = _M.USAGE .. [=[
@@ -39,7 +44,8 @@ Commands:
   try      the same with one attempt, no waiting; without CMD, take the lock
            and print its token (it lasts --ttl unless extended or released)
   acquire  wait up to --wait, take the lock and print its token
-  status   whether KEY is held: token prefix, remaining ms, fence
+  status   whether KEY is held: token prefix, remaining ms, fence, waiters;
+           a semaphore's permits and readers, each with its remaining ms
   release  release KEY if TOKEN still holds it
   extend   give KEY a new --ttl if TOKEN still holds it
 
@@ -57,6 +63,14 @@ Options ([VARIABLE]: the same from the environment; options win):
   -w, --wait MS      how long run and acquire wait for the lock
                      (default 10000) [REDLOCK_WAIT]
   -m, --mode MODE    auto, script or legacy (default auto) [REDLOCK_MODE]
+      --limit N      a counting semaphore: at most N holders of KEY at
+                     once, each with a permit of its own [REDLOCK_LIMIT]
+      --shared       a reader: readers of KEY hold it together, a writer
+                     (without --shared) alone; a waiting writer keeps
+                     later readers out [REDLOCK_SHARED=1]
+      --key KEY      a key of a group lock: repeat it for each key, all
+                     taken at once or none (no deadlock, whatever the
+                     order); replaces the KEY word
       --connect-timeout MS   (default 1000) [REDLOCK_CONNECT_TIMEOUT]
       --timeout MS   for each Redis command (default 1000) [REDLOCK_TIMEOUT]
       --replicas N   acquire and extend wait until N replicas have the lock
@@ -90,7 +104,9 @@ Options ([VARIABLE]: the same from the environment; options win):
   Passwords: in the URL, or REDLOCK_PASSWORD (and REDLOCK_USERNAME) for
   servers whose URL has none. redlock never prints them.
 
-CMD runs with REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL set.
+CMD runs with REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL set
+(a group lock: REDLOCK_KEY its first key, REDLOCK_KEYS and REDLOCK_FENCES
+its keys and their fences, one per line, in the order given).
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 are passed on to CMD.
 
 Exit status:
@@ -148,9 +164,11 @@ local function fail(ctx, msg, word)
 end
 
 local function acquire(ctx, once)
-    local client, key = ctx.client, ctx.cfg.key
-    if once then return client:try_acquire(key) end
-    return client:acquire(key)
+    local client, cfg = ctx.client, ctx.cfg
+    local key, opts = cfg.keys or cfg.key, nil
+    if cfg.limit then opts = { limit = cfg.limit } elseif cfg.shared then opts = { shared = true } end
+    if once then return client:try_acquire(key, opts) end
+    return client:acquire(key, opts)
 end
 
 -- run, try: with CMD, run it under the lock; try without CMD prints the
@@ -177,52 +195,90 @@ end
 -- several servers are handled as the client handles them.
 local function by_token(ctx, op)
     local client, cfg = ctx.client, ctx.cfg
+    local key = cfg.keys or cfg.key
+    local strategy = client.strategy
+    if cfg.shared then
+        strategy = #client.servers >= 2 and shared.quorum or shared.strategy
+    elseif (cfg.keys or cfg.limit) and #client.servers == 1 then
+        strategy = cfg.keys and group.strategy or semaphore.strategy(cfg.limit)
+    end
     local ok, where, word
     if op == "release" then
-        ok, where, word = client.strategy.release(client, cfg.key, cfg.token)
+        ok, where, word = strategy.release(client, key, cfg.token)
     else
-        ok, where, word = client.strategy.extend(client, cfg.key, cfg.token, client.opts.ttl,
-            client.opts.rep)
+        ok, where, word = strategy.extend(client, key, cfg.token, client.opts.ttl, client.opts.rep)
     end
     if ok then return codes.OK end
     if ok == false then
         return fail(ctx, format("not owner: %s is not held by that token on %s",
-            show_key(cfg.key), where), "not owner")
+            show_key(key), where), "not owner")
     end
     return fail(ctx, format("%s (%s %s)", where, op == "release" and "releasing" or "extending",
-        show_key(cfg.key)), word)
+        show_key(key)), word)
 end
 
 local function scripting_missing(err)
     return find(err, "unknown command", 1, true) or find(err, "NOSCRIPT", 1, true)
 end
 
--- value, pttl, fence of key on one server: the status script reads all
--- three atomically; legacy mode (or a server without scripting) reads them
--- with three plain commands.
+-- value, pttl, fence, waiters of key on one server: the status script
+-- reads them atomically (a semaphore's value: {limit, token, ms, ...});
+-- legacy mode (or a server without scripting) reads the first three with
+-- plain commands.
 local function read_status(server, key, mode)
     local fkey = scripted.fence_key(key, server.slot_fences)
     if mode ~= "legacy" then
-        local r, err, word = server:eval("status", 2, key, fkey)
-        if r ~= nil then return r[1], r[2], r[3] end
+        local r, err, word = server:eval("status", 3, key, fkey, notify.waiters_key(key))
+        if r ~= nil then return r[1], r[2], r[3], r[4] end
         if not (word == "server" and mode == "auto" and scripting_missing(err)) then
             return nil, err, word
         end
     end
     local replies = {}
-    for i, cmd in ipairs({ { "GET", key }, { "PTTL", key }, { "GET", fkey } }) do
+    for i, cmd in ipairs({ { "GET", key }, { "PTTL", key }, { "TYPE", fkey } }) do
         local r, err, word = server:call(cmd[1], cmd[2])
         if r == nil then return nil, err, word end
         replies[i] = r
     end
-    return replies[1], replies[2], tonumber(replies[3]) or 0
+    -- the counter: a stream's last ID (Redis 5.0+), or a string
+    local last = 0
+    if replies[3] == "stream" then
+        local info = server:call("XINFO", "STREAM", fkey)
+        for i = 1, type(info) == "table" and #info - 1 or 0, 2 do
+            if info[i] == "last-generated-id" then
+                local ms, seq = match(info[i + 1], "^(%d+)%-(%d+)$")
+                last = core.fence_of(ms .. "-" .. (tonumber(seq) < 100 and seq or "99")) or 0
+            end
+        end
+    elseif replies[3] == "string" then
+        last = tonumber((server:call("GET", fkey))) or 0
+    end
+    return replies[1], replies[2], last
 end
 
 local function printable(s) return (gsub(s, "[^%w%p]", "?")) end
 
-local function status_line(server, value, pttl, fence)
+local function status_line(server, value, pttl, fence, waiters)
+    local tail = waiters and waiters > 0 and format(" waiters=%d", waiters) or ""
+    if type(value) == "table" then
+        if value[1] == 0 then
+            return format("other server=%s (not a lock: another kind of value)", server.name), true
+        end
+        -- a semaphore (its permits) or readers, earliest expiry first
+        local each = value[1] == -1 and "reader" or "permit"
+        local lines = { each == "reader"
+            and format("readers server=%s held=%d%s fence=%s", server.name, (#value - 1) / 2, tail,
+                tostring(fence))
+            or format("permits server=%s limit=%d held=%d%s fence=%s", server.name, value[1],
+                (#value - 1) / 2, tail, tostring(fence)) }
+        for i = 2, #value, 2 do
+            lines[#lines + 1] = format("  %s token=%s remaining_ms=%d", each, printable(sub(value[i], 1, 8)),
+                value[i + 1])
+        end
+        return table.concat(lines, "\n"), #value > 1
+    end
     if type(value) ~= "string" then
-        return format("free server=%s fence=%s", server.name, tostring(fence)), false
+        return format("free server=%s%s fence=%s", server.name, tail, tostring(fence)), false
     end
     local token = value
     -- legacy mode stores "<expiry as unix ms>:<token>" (script-mode tokens
@@ -232,24 +288,25 @@ local function status_line(server, value, pttl, fence)
         token = rest
         if pttl < 0 then pttl = max(0, floor(tonumber(expiry) - core.time())) end
     end
-    return format("held server=%s token=%s remaining_ms=%d fence=%s",
-        server.name, printable(sub(token, 1, 8)), pttl, tostring(fence)), true
+    return format("held server=%s token=%s remaining_ms=%d%s fence=%s",
+        server.name, printable(sub(token, 1, 8)), pttl, tail, tostring(fence)), true
 end
 
-local function cmd_status(ctx)
-    local client, key = ctx.client, ctx.cfg.key
-    local servers = client.servers
+-- One key's status on every server: OK (held on a majority), NO (free on
+-- a majority), or an error's code.
+local function key_status(ctx, key, label)
+    local servers = ctx.client.servers
     local held, answered, first_err, first_word = 0, 0, nil, nil
     for _, server in ipairs(servers) do
-        local value, pttl, fence = read_status(server, key, server.mode)
+        local value, pttl, fence, waiters = read_status(server, key, server.mode)
         if value == nil then
             ctx.say(format("%s (reading %s)", pttl, show_key(key)))
             first_err, first_word = first_err or pttl, first_word or fence
         else
             answered = answered + 1
-            local line, is_held = status_line(server, value, pttl, fence)
+            local line, is_held = status_line(server, value, pttl, fence, waiters)
             if is_held then held = held + 1 end
-            if not ctx.cfg.quiet then ctx.out:write(line, "\n") end
+            if not ctx.cfg.quiet then ctx.out:write(label, line, "\n") end
         end
     end
     local quorum = floor(#servers / 2) + 1
@@ -257,6 +314,28 @@ local function cmd_status(ctx)
     if answered - held >= quorum then return codes.NO end
     if first_err then return codes.of(first_err, first_word) end
     return codes.UNAVAILABLE -- answered, but split: neither held nor free on a majority
+end
+
+-- status: of KEY, or of every --key (one block per key, each line
+-- starting "key=<key> "; OK when every key is held, NO when none is).
+local function cmd_status(ctx)
+    local keys = ctx.cfg.keys
+    if not keys then return key_status(ctx, ctx.cfg.key, "") end
+    local held, free, other = 0, 0, nil
+    for _, key in ipairs(keys) do
+        local code = key_status(ctx, key, format("key=%s ", printable(key)))
+        if code == codes.OK then
+            held = held + 1
+        elseif code == codes.NO then
+            free = free + 1
+        else
+            other = other or code
+        end
+    end
+    if other then return other end
+    if held == #keys then return codes.OK end
+    if free == #keys then return codes.NO end
+    return codes.UNAVAILABLE
 end
 
 local COMMANDS = {

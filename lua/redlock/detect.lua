@@ -136,7 +136,7 @@ end
 -- (server.script_seen), or never on this server.
 function _M.ops_for(server, token)
     local ops, held = server.ops, server.legacy_held
-    if held == nil then return ops end
+    if not held then return ops end
     if held[token] then return fallen end
     if ops == fallen and server.script_seen then return scripted end
     return ops

@@ -92,7 +92,7 @@ end
 -- of its cost.)
 function _M.dispatch(client)
     local r = client.renewer
-    if r == nil then return end
+    if not r then return end
     if client.polls then
         for _, lock in pairs(client.renewing) do
             if lock.on_event then poll(lock) end
@@ -137,6 +137,9 @@ local function renewable(client, token)
     return able >= floor(n / 2) + 1
 end
 
+-- No server in legacy mode (renewer:add reads a missing flag as false).
+local NO_LEGACY = { any = false }
+
 -- The servers' legacy flags for token's lock, which the renewal thread
 -- extends it by (renewer:add): per lock in mode "auto" (each server's flag
 -- is the mode that took the lock there), else the same for every lock
@@ -146,6 +149,10 @@ end
 local function modes(client, token)
     local m = client.modes
     if m then return m end
+    -- (auto, one server that never fell back to legacy mode: redlock.detect
+    -- keeps no legacy_held for it, and it took every lock by script)
+    local one = client.one
+    if one and not one.legacy_held and one.ops.name ~= "legacy" then return NO_LEGACY end
     m = {}
     for i, server in ipairs(client.servers) do
         local caps = server.caps
@@ -183,16 +190,60 @@ local function renewing_legacy(lock)
     return counted
 end
 
+-- A group lock's renewal: one entry of the renewal thread per key (each
+-- renewed by the extend script), seen as one handle: it expires with its
+-- first key, is lost when one key is, and stops with all.
+local Group = {}
+Group.__index = Group
+function Group:expires()
+    local e = self[1]:expires()
+    for i = 2, #self do e = math.min(e, self[i]:expires()) end
+    return e
+end
+function Group:lost()
+    for i = 1, #self do
+        local why = self[i]:lost()
+        if why then return why end
+    end
+end
+function Group:state()
+    local phase, a, renewals, failures, b, err = self[1]:state()
+    for i = 2, #self do
+        local _, _, r, f, _, e = self[i]:state()
+        renewals, failures, err = math.min(renewals, r), math.max(failures, f), err or e
+    end
+    return phase, a, renewals, failures, b, err
+end
+function Group:stop() for i = 1, #self do self[i]:stop() end end
+function Group:update(ttl, expires) for i = 1, #self do self[i]:update(ttl, expires) end end
+
 local function start_renewal(lock, max_hold, t0)
     local hold_until = max_hold and t0 + max_hold or NO_BOUND
     local client = lock.client
-    if lock.ttl < 3 or not renewable(client, lock.token) then return end
-    local r, m = renewer(client), modes(client, lock.token)
+    local m = modes(client, lock.token)
+    -- (without a server in legacy mode for it, every server can renew it)
+    if lock.ttl < 3 or (m.any and not renewable(client, lock.token)) then return end
+    local r = renewer(client)
     local n = #client.servers
     -- a lock that waits for replicas (lock.rep) renews the same way
     local rep = lock.rep
     local h, id
-    if rep then
+    local keys = lock.keys
+    if keys then
+        h = setmetatable({}, Group)
+        local ids = {}
+        for i, key in ipairs(keys) do
+            if rep then
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, floor(n / 2) + 1,
+                    client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
+            else
+                h[i], ids[i] = r:add(key, lock.token, lock.ttl, lock.expires, hold_until, floor(n / 2) + 1,
+                    client.drift_factor, nil, nil, nil, m)
+            end
+            client.renewing[ids[i]] = lock
+        end
+        id, lock.renewal_ids = ids[1], ids
+    elseif rep then
         h, id = r:add(lock.key, lock.token, lock.ttl, lock.expires, hold_until,
             floor(n / 2) + 1, client.drift_factor, rep.replicas, rep.replica_timeout, rep.aof, m)
     else
@@ -201,7 +252,7 @@ local function start_renewal(lock, max_hold, t0)
     end
     lock.renewal, lock.renewal_id = h, id
     client.renewing[id] = lock
-    if m.any then lock.legacy_renewal = renewing_legacy(lock) end
+    lock.legacy_renewal = m.any and renewing_legacy(lock) or false
     if lock.on_event then
         -- its renewals are told at the client's calls (see dispatch)
         lock.seen_renewals, lock.seen_failures = 0, 0
@@ -213,13 +264,12 @@ end
 -- hold and starts its renewal. If the renewal thread cannot start, the lock
 -- is released and the error raised again.
 function _M.taken(lock, o, renew, t0)
-    lock.holds = 1
     lock.on_lost = o.on_lost
     if o.reentrant then
         local client, owner = lock.client, o.owner
         if owner == nil then owner = client end
         local holds = client.holds
-        if holds == nil then
+        if not holds then
             holds = {}
             client.holds = holds
         end
@@ -307,6 +357,10 @@ function _M.stop(lock)
         stopped(lock)
         -- (a loop of with_lock must not grow the table until a collection)
         lock.client.renewing[lock.renewal_id] = nil
+        local ids = lock.renewal_ids
+        if ids then
+            for _, id in ipairs(ids) do lock.client.renewing[id] = nil end
+        end
     end
 end
 
@@ -332,7 +386,7 @@ function _M.reenter(client, key, o, renew)
     if owner == nil then owner = client end
     local by_owner = holds and holds[key]
     local lock = by_owner and by_owner[owner]
-    if lock == nil then return nil end
+    if not lock then return nil end
     if lock.released or _M.lost(lock) then
         _M.forget(lock)
         return nil

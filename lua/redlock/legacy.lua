@@ -21,7 +21,7 @@ local core = require "redlock.core"
 local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 
-local time, null = core.time, core.null
+local time, null, fence_of = core.time, core.null, core.fence_of
 local fence_key = scripted.fence_key -- the server's counter (redlock.util)
 local unpack = util.unpack
 local type, tonumber, select = type, tonumber, select
@@ -63,6 +63,7 @@ function _M.caps(server)
         pexpire = not v or v >= 20600,
         pttl = not v or v >= 20600,
         time = not v or v >= 20600, -- fences seeded from the server's clock
+        streams = not v or v >= 50000, -- the fence counter is a stream (XADD)
     }
     server.caps = caps
     return caps
@@ -213,8 +214,65 @@ local function fence_seeded(server, key, f, t)
     return true, tonumber(r)
 end
 
+-- The next fence of a counter stream above `floor`, the way the acquire
+-- script takes one (csrc/scripts.h): XADD's ID, or when that gives no
+-- fence (a seq over 99) or not one above `above`, the ID of the next fence by an
+-- explicit XADD (refused when another client's came first: then again).
+-- id: an XADD's answer already in hand, or nil. true, fence | nil, err, code.
+local function stream_fence(server, counter, above, id)
+    for _ = 1, MAX_TRIES do
+        if not id then
+            local err, code
+            id, err, code = cmd(server, "XADD", counter, "MAXLEN", "0", "*", "f", "1")
+            if id == nil then return nil, err, code end
+        end
+        local f = fence_of(id)
+        if f and f > above then return true, f end
+        local ms = tonumber(match(id, "^(%d+)%-"))
+        if not ms then return unexpected(server, "XADD", id) end
+        f = max(above + 1, f or (ms + 1 - FENCE_EPOCH_MS) * 100)
+        local seq = f % 100
+        local r, err, code = cmd(server, "XADD", counter, "MAXLEN", "0",
+            format("%.0f-%d", (f - seq) / 100 + FENCE_EPOCH_MS, seq), "f", "1")
+        if r ~= nil then return true, f end
+        if not find(err, "smaller", 1, true) then return nil, err, code end
+        id = nil
+    end
+    return nil, format("server: %s: the fence counter keeps changing", server.name), "server"
+end
+
+-- A string counter (from before Redis 5) on a server with streams: replaced
+-- by the stream, which counts on above its value (not atomic here: two
+-- legacy clients converting at once may restart the stream at the clock
+-- twice, as a lost counter does). true, fence | nil, err, code.
+local function convert(server, counter)
+    local c, err, code = cmd(server, "INCR", counter)
+    if c == nil then return nil, err, code end
+    c, err, code = cmd(server, "DEL", counter)
+    if c == nil then return nil, err, code end
+    return stream_fence(server, counter, -1)
+end
+
+-- The command that takes a fence from the server's counter.
+local function fence_cmd(server, caps, key)
+    local counter = fence_key(key, server.slot_fences)
+    if caps.streams then return { "XADD", counter, "MAXLEN", "0", "*", "f", "1" } end
+    return { "INCR", counter }
+end
+
+-- The fence from fence_cmd's answer r (and TIME's t after an INCR).
+local function fence_from(server, key, r, t)
+    if type(r) == "string" then
+        local f = fence_of(r)
+        if f then return true, f end
+        return stream_fence(server, fence_key(key, server.slot_fences), -1, r)
+    end
+    return fence_seeded(server, key, r, t)
+end
+
 -- Sets the safety net on a key we just wrote, then takes a fence (unless
--- unfenced): INCR of the server's counter, then TIME, as fence_seeded says.
+-- unfenced): XADD to the server's counter stream, or without streams INCR
+-- of its counter, then TIME, as fence_seeded says.
 local function finish(server, caps, key, ttl, unfenced)
     local e = expire_cmd(caps, key, ttl)
     local r, err, code = cmd(server, unpack(e))
@@ -224,14 +282,24 @@ local function finish(server, caps, key, ttl, unfenced)
     end
     if r == nil then return nil, err, code end
     if unfenced then return true, 0 end
-    r, err, code = cmd(server, "INCR", fence_key(key, server.slot_fences))
+    local f = fence_cmd(server, caps, key)
+    r, err, code = cmd(server, unpack(f))
+    if r == nil and f[1] == "XADD" then
+        if unknown(err, code) then
+            caps.streams = false
+            f = fence_cmd(server, caps, key)
+            r, err, code = cmd(server, unpack(f))
+        elseif code == "server" and find(err, "WRONGTYPE", 1, true) then
+            return convert(server, f[2])
+        end
+    end
     if r == nil then return nil, err, code end
     local t
-    if caps.time then
+    if f[1] == "INCR" and caps.time then
         t, err, code = cmd(server, "TIME")
         if t == nil and unknown(err, code) then caps.time = false end
     end
-    return fence_seeded(server, key, r, t)
+    return fence_from(server, key, r, t)
 end
 
 local bare = {}
@@ -375,6 +443,7 @@ local function lost_cap(caps, err, code, failed)
     if not unknown(err, code) then return false end
     if failed == "PEXPIRE" then caps.pexpire = false return true end
     if failed == "TIME" then caps.time = false return true end
+    if failed == "XADD" then caps.streams = false return true end
     if failed == "MULTI" or failed == "EXEC" then caps.watch = false return true end
     return false
 end
@@ -409,12 +478,18 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
         end
         local steps = { first, expire_cmd(caps, key, ttl) }
         if not unfenced then
-            steps[3] = { "INCR", fence_key(key, server.slot_fences) }
-            if caps.time then steps[4] = { "TIME" } end
+            steps[3] = fence_cmd(server, caps, key)
+            if caps.time and not caps.streams then steps[4] = { "TIME" } end
         end
         local r, failed
         r, err, code, failed = transact(server, steps)
-        if r == nil then
+        if r == nil and failed == "XADD" and code == "server" and find(err, "WRONGTYPE", 1, true) then
+            -- a string counter (from before Redis 5): the stream replaces
+            -- it; the key now holds our token, which we look at again
+            local ok
+            ok, err, code = convert(server, steps[3][2])
+            if ok == nil then return nil, err, code end
+        elseif r == nil then
             if not lost_cap(caps, err, code, failed) then return nil, err, code end
             if not caps.watch then return bare.acquire(server, caps, key, token, ttl, unfenced) end
         elseif r ~= null then
@@ -422,7 +497,7 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
             if first[1] == "SET" or (first[1] == "SETNX" and old == 1) then
                 wrote(server, token, value)
                 if unfenced then return true, 0 end
-                return fence_seeded(server, key, r[3], r[4])
+                return fence_from(server, key, r[3], r[4])
             end
             if first[1] == "GETSET" then
                 -- WATCH makes `old` the expired value we read; still, own
@@ -431,7 +506,7 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
                 if old == null or (oexp and oexp < now) then
                     wrote(server, token, value)
                     if unfenced then return true, 0 end
-                    return fence_seeded(server, key, r[3], r[4])
+                    return fence_from(server, key, r[3], r[4])
                 end
                 put_back(server, caps, key, old, value, ttl)
                 return held(server, caps, key, oexp, now)
@@ -529,10 +604,24 @@ function _M.acquire(server, key, token, ttl, _, _, unfenced, rep)
 end
 
 --- Raises the server's fence counter to at least `fence` (Redlock writes a
--- lock's fence back to the servers that granted it): GET, then INCRBY of
--- the difference, which never lowers it whatever runs in between (it may
--- go higher). true, counter | nil, err, code.
+-- lock's fence back to the servers that granted it): the stream's last ID
+-- to the fence's (an explicit XADD, refused when it is already higher), or
+-- for a string counter GET, then INCRBY of the difference, which never
+-- lowers it whatever runs in between (it may go higher). true | nil, err,
+-- code.
 function _M.raise_fence(server, counter, fence)
+    local caps = server.caps
+    if not caps or caps.streams then
+        local seq = fence % 100
+        local r, err, code = server:call("XADD", counter, "MAXLEN", "0",
+            format("%.0f-%d", (fence - seq) / 100 + FENCE_EPOCH_MS, seq), "f", "1")
+        if r ~= nil or (code == "server" and find(err, "smaller", 1, true)) then return true, fence end
+        if unknown(err, code) then
+            if caps then caps.streams = false end
+        elseif not (code == "server" and find(err, "WRONGTYPE", 1, true)) then
+            return nil, err, code
+        end
+    end
     local c, err, code = server:call("GET", counter)
     if c == nil then return nil, err, code end
     c = tonumber(c) or 0

@@ -27,7 +27,7 @@ local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
 local concat, sort = table.concat, table.sort
-local ipairs, type, tostring = ipairs, type, tostring
+local ipairs, type, tostring, setmetatable = ipairs, type, tostring, setmetatable
 
 local _M = { name = "quorum" }
 
@@ -92,6 +92,10 @@ end
 -- WAIT goes with the script to each server, and a server where the script
 -- wrote (st true) but too few replicas acknowledged counts as failed (code
 -- "replicas"); acked[j] is the count where it was enough.
+-- The seq functions of other kinds (see _M.of): they only say the server
+-- cannot run those scripts, so a script's own server error stands.
+local only_cannot = setmetatable({}, { __mode = "k" })
+
 local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     local servers = client.servers
     local st, v, codes, flags, acked, waitfail = {}, {}, {}, {}, {}, {}
@@ -146,7 +150,7 @@ local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     for j, i in ipairs(list) do
         local server = servers[i]
         if not fanout_ops(server) or (codes[j] == "server" and server.mode == "auto"
-            and not waitfail[j]) then
+            and not waitfail[j] and not only_cannot[seq]) then
             local a, b, c = seq(server)
             st[j], v[j], codes[j], flags[j] = a, b, c, nil
             if a and rep then -- acquire: true, fence, acked; extend: true, acked
@@ -261,9 +265,16 @@ local function sync_fence(client, key, live, st, fence, timeout)
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
 
-local function release_on(client, list, key, token, timeout)
-    local st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
-        function(server) return server:release(key, token) end, nil, 1, key, token)
+-- op: another kind's operations (see _M.of), else nil: the single lock's.
+local function release_on(client, list, key, token, timeout, op)
+    local st, v, codes, flags
+    if op then
+        st, v, codes, flags = ask(client, list, timeout, op.release_script, op.release_reply, op.cannot, nil,
+            op.release_args(key, token, fence_key(key, client.slot_fences)))
+    else
+        st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
+            function(server) return server:release(key, token) end, nil, 1, key, token)
+    end
     mark_down(client, list, st, codes, now())
     return st, v, codes, flags
 end
@@ -309,7 +320,7 @@ end
 -- toward the majority only if enough of its replicas acknowledged; a lock
 -- taken answers true, fence, acked (the smallest count among the servers
 -- that granted it).
-function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
+local function acquire(op, client, key, token, ttl, unfenced, rep, hook)
     local n = #client.servers
     local q = _M.quorum(n)
     local t0 = now()
@@ -318,7 +329,10 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
     local ttl_s = format("%d", ttl)
     local function fallback(server) return server:acquire(key, token, ttl, nil, nil, unfenced, rep) end
     local st, v, codes, flags, acked
-    if unfenced then
+    if op then
+        st, v, codes, flags, acked = ask(client, live, timeout, op.acquire_script, op.acquire_reply,
+            op.cannot, rep, op.acquire_args(key, token, ttl_s, unfenced, fence_key(key, client.slot_fences)))
+    elseif unfenced then
         st, v, codes, flags, acked = ask(client, live, timeout, "acquire", acquire_reply, fallback,
             rep, 1, key, token, ttl_s)
     else
@@ -337,27 +351,36 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
     local elapsed = t1 - t0
     local granted, held = count(live, st)
     if granted >= q and ttl - elapsed - drift > 0 then
-        local fence, least = 0, nil
+        local fence, least, value = 0, nil, nil
+        if op and op.merge then
+            -- several fences per server (a group): per key the largest,
+            -- and the largest of all goes back to the counters
+            value, fence = op.merge(key, live, st, v)
+        else
+            for j = 1, #live do
+                if st[j] and v[j] > fence then fence = v[j] end
+            end
+        end
         for j = 1, #live do
-            if st[j] and v[j] > fence then fence = v[j] end
             if st[j] and rep and (least == nil or acked[j] < least) then least = acked[j] end
         end
+        value = value or fence
         -- the fence goes back to the servers that granted it: the next
         -- majority shares one of them, and counts past it
-        if unfenced then return true, fence, least end
+        if unfenced then return true, value, least end
         local synced, detail = sync_fence(client, key, live, st, fence, timeout)
         t1 = now()
         elapsed = t1 - t0
         if synced < q then
-            release_on(client, live, key, token, timeout)
+            release_on(client, live, key, token, timeout, op)
             return nil, format("no quorum: granted by %d of %d servers, but the fence reached %d, %d needed"
                 .. " (%s)", granted, n, synced, q, detail), "no quorum"
         end
-        if ttl - elapsed - drift > 0 then return true, fence, least end
+        if ttl - elapsed - drift > 0 then return true, value, least end
     end
     -- Failed: take back what we got, on every server asked, those that
     -- timed out included (the request may have landed).
-    release_on(client, live, key, token, timeout)
+    release_on(client, live, key, token, timeout, op)
     local detail = details(client, live, skipped, st, v, codes, flags, "granted", "held by another owner", t1)
     if held >= q then
         return false, wait_hint(live, st, v, n, q), which(client, live, st, false)
@@ -378,7 +401,15 @@ function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
         -- split votes between contenders: worth another try after a delay
         return false, -1, which(client, live, st, false), msg, "no quorum"
     end
+    for j = 1, #live do
+        -- a key held as another kind is said as such, not as a vote
+        if codes[j] == "misuse" then return nil, v[j] .. " (" .. msg .. ")", "misuse" end
+    end
     return nil, msg, "no quorum"
+end
+
+function _M.acquire(client, key, token, ttl, _, _, unfenced, rep, hook)
+    return acquire(nil, client, key, token, ttl, unfenced, rep, hook)
 end
 
 -- Release and extend: true on a majority; false when so many servers say
@@ -397,24 +428,32 @@ end
 -- in back-off too: one that is back must not keep a copy until the ttl.
 -- Each answer is bounded by server_timeout (the fan-out runs in parallel;
 -- servers in legacy mode are asked one by one, each within its timeout).
-function _M.release(client, key, token)
+local function release(op, client, key, token)
     local all = {}
     for i = 1, #client.servers do all[i] = i end
     local st, v, codes, flags = release_on(client, all, key, token,
-        _M.server_timeout(client, client.opts.ttl))
+        _M.server_timeout(client, client.opts.ttl), op)
     return outcome(client, all, nil, st, v, codes, flags, "released", now())
 end
+
+function _M.release(client, key, token) return release(nil, client, key, token) end
 
 --- Extends the key where it still holds our token; true only on a majority
 -- within the new validity. When a majority no longer holds it, our copies
 -- left on the others are deleted too. rep: as for acquire (true, acked).
-function _M.extend(client, key, token, ttl, rep)
+local function extend(op, client, key, token, ttl, rep)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
-    local st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
-        function(server) return server:extend(key, token, ttl, rep) end,
-        rep, 1, key, token, format("%d", ttl))
+    local st, v, codes, flags, acked
+    if op and op.extend_script then
+        st, v, codes, flags, acked = ask(client, live, timeout, op.extend_script, flag_reply, op.cannot, rep,
+            op.extend_args(key, token, format("%d", ttl)))
+    else
+        st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
+            function(server) return server:extend(key, token, ttl, rep) end,
+            rep, 1, key, token, format("%d", ttl))
+    end
     local t1 = now()
     mark_down(client, live, st, codes, t1)
     local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
@@ -431,8 +470,51 @@ function _M.extend(client, key, token, ttl, rep)
         return nil, format("no quorum: extending took %d ms, more than the validity of a %d ms ttl",
             floor(elapsed), ttl), "no quorum"
     end
-    if ok == false then release_on(client, live, key, token, timeout) end
+    if ok == false then release_on(client, live, key, token, timeout, op) end
     return ok, where, code
+end
+
+function _M.extend(client, key, token, ttl, rep) return extend(nil, client, key, token, ttl, rep) end
+
+--- The Redlock strategy of another kind of lock (redlock.shared's read
+-- lock, redlock.group's group lock): op names its scripts,
+--   op.acquire_script, op.acquire_args(key, token, ttl_s, unfenced, fence
+--   key) -> nkeys, keys..., args... (answers {1, fence...} | {0, pttl} |
+--   {2, m}: misuse); op.release_script, op.release_args(key, token, fence
+--   key) -> nkeys, ... (answers 1 or 3, or {held, ...}, | 0 or {0});
+--   op.what ("a read lock"); optionally op.extend_script and
+--   op.extend_args(key, token, ttl_s) (answers 1 | 0; else the single
+--   lock's extend script), op.granted(server, reply) -> true, value (what
+--   a server's grant answers; else its fence) and op.merge(key, live, st,
+--   v) -> value, largest fence (what the granting servers' values come to).
+-- Servers that cannot run its scripts (legacy mode) count as failed.
+function _M.of(op)
+    op.acquire_reply = function(server, r)
+        if type(r) == "table" and r[1] == 2 then
+            return require("redlock.semaphore").misuse(nil, r[2], nil, server, op.what)
+        end
+        if op.granted and type(r) == "table" and r[1] == 1 then return op.granted(server, r) end
+        return acquire_reply(server, r)
+    end
+    op.release_reply = function(server, r)
+        if type(r) == "table" then r = r[1] > 0 and 1 or 0 end
+        if r == 1 or r == 3 then return true end
+        if r == 0 then return false end
+        return unexpected(server, op.release_script, r)
+    end
+    op.cannot = function(server)
+        return nil, format("server: %s: %s needs the server's scripts (legacy mode)", server.name, op.what),
+            "server"
+    end
+    only_cannot[op.cannot] = true
+    return {
+        name = "quorum",
+        acquire = function(client, key, token, ttl, _, _, unfenced, rep, hook)
+            return acquire(op, client, key, token, ttl, unfenced, rep, hook)
+        end,
+        release = function(client, key, token) return release(op, client, key, token) end,
+        extend = function(client, key, token, ttl, rep) return extend(op, client, key, token, ttl, rep) end,
+    }
 end
 
 return _M

@@ -136,72 +136,56 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     return _M.answer(server, taken, v, at)
 end
 
---- How long (ms) a server's fence counter counts as raised to its clock
--- after a fenced grant on one connection: a grant within that time, on the
--- same connection, takes its fence with a bare INCR (_M.grant); after it,
--- or on a new connection, the acquire script takes it, raising the counter
--- to the clock. Why that keeps fences strictly increasing across a restart
--- and a failover: docs/fencing.md ("How a fence is made").
-_M.RAISED_MS = 100
-
--- A fenced grant on server's connection, answered at t: the counter is at
--- least the clock's value of about then (the script raised it, or a grant
--- on the same connection came less than RAISED_MS after one that did or
--- was itself such a grant). connects: conn:connects() of that connection.
-local function raised(server, fence, connects, t)
-    server.raised_until = t + _M.RAISED_MS
-    server.raised_conn = connects
-    server.last_fence = fence
-end
+local FENCE_COUNTER = util.FENCE_COUNTER
 
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
--- INCR of the counter, in one round trip (conn:grant), on a server whose
--- connection can (not a Cluster, not inside nginx: server.grants) and
--- whose counter counts as raised to the clock (see RAISED_MS; else the
--- script). Returns true, fence | false (refused: held by another; the pttl
--- is not known) | nil, err, code | "script" when the caller must ask the
--- acquire script instead, with the same token: then a key this call set
--- (with a fence that must not be used: taken on a new connection, or not
--- above the last one this server gave us, e.g. after a FLUSHALL) holds our
--- token, which the script takes as ours, with a fence of its own.
--- t0: before the request; valid_until: when the lock's validity ends (a
--- fence answered later is not used, see redlock.lua's first_attempt).
-function _M.grant(server, key, token, ttl, unfenced, t0, valid_until)
+-- the counter's XADD (raised to the server's clock by the server itself,
+-- csrc/scripts.h), in one round trip (conn:grant), on a server whose
+-- connection can (not a Cluster, not inside nginx, and once a script ran:
+-- server.grants).
+-- Returns true, fence[, t] (t: now() after the answer, when fenced) |
+-- false (refused: held by another; the pttl is not known) | nil, err,
+-- code | "script", set when the caller must ask the acquire script
+-- instead, with the same token; set: the key may hold our token (the
+-- script takes it as ours, with a fence of its own; should the script
+-- fail, the caller gives it back): the XADD's ID gave no fence (a seq over
+-- 99, a string counter from before Redis 5, no streams), its answer came
+-- too late, or its reply was lost.
+-- ttl_s: the ttl as a string (ms_string); valid_until: when the lock's
+-- validity ends. XADD runs after the SET, but maybe not right after it:
+-- had the key expired in between, a next holder's XADD could have come
+-- first. Then the answer comes after the validity ran out, and its fence
+-- is not used.
+function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
     local conn = server.conn
     if unfenced then
-        local taken, err, code, stale = conn:grant(key, token, ms_string(ttl))
+        local taken, err, code, stale = conn:grant(key, token, ttl_s)
         if taken == 1 then return true, 0 end
         if taken == 0 then return false end
-        if stale then return "script" end -- the script path retries
+        if stale then return "script", true end -- the script path retries
         return nil, err, code
     end
-    local raised_until = server.raised_until
-    if not raised_until or raised_until < t0 then return "script" end
-    local taken, fence, connects, msg = conn:grant(key, token, ms_string(ttl), fence_key(key, false))
+    -- (Server counters only: server.grants is false on a Cluster)
+    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER)
     if taken == 1 then
         if not fence then
             -- the key is ours without a fence: give it back
             _M.release(server, key, token)
             return nil, msg, "server"
         end
-        local last = server.last_fence
-        if connects ~= server.raised_conn or fence <= last then
-            -- a new connection (a restart, a failover) or a counter that
-            -- went back: the script raises it to the clock, which is not
-            -- enough when it was lost within the millisecond of our last
-            -- grant; so first to past our last fence (never lowering it)
-            server:eval("fence_raise", 1, fence_key(key, false), format("%.0f", last))
-            return "script"
+        if fence < 0 then
+            -- (-2: no streams, before Redis 5: the script's counter, always)
+            if fence == -2 then server.grants, server.can_grant = false, false end
+            return "script", true
         end
         local t = now()
-        if t >= valid_until then return "script" end
-        raised(server, fence, connects, t)
-        return true, fence
+        if t >= valid_until then return "script", true end
+        return true, fence, t
     end
     if taken == 0 then return false end
     -- (a failure: nil, message, code, stale)
-    if msg then return "script" end -- stale: the script path retries
-    return nil, fence, connects
+    if stale then return "script", true end -- the script path retries
+    return nil, fence, msg
 end
 
 --- What the acquire script's answer (or the failure to get one) means:
@@ -212,8 +196,8 @@ end
 function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then
-        -- the script raised the counter to the clock (see RAISED_MS)
-        if v ~= 0 and server.grants then raised(server, v, server.conn:connects(), now()) end
+        -- scripting works here: the next acquire may go without a script
+        if not server.grants then server.grants = server.can_grant end
         return true, v
     end
     if taken == 0 and v then
@@ -221,6 +205,8 @@ function _M.answer(server, taken, v, at)
         return false, v
     end
     if taken == nil then return nil, v, at end
+    -- (a semaphore's key: see redlock.semaphore)
+    if taken == 2 then return require("redlock.semaphore").misuse(nil, v, nil, server) end
     return unexpected(server, "acquire", taken)
 end
 
@@ -248,7 +234,7 @@ function _M.release_waking(server, key, token)
     local r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
         fence_key(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
-    server.woke_key = r == 3 and key or nil
+    server.woke_key = r == 3 and key
     if r == 3 then return true end
     return r == 1
 end

@@ -34,8 +34,17 @@ function _M.new(spec, mode)
         -- fence counters per slot, not per server (redlock.util.fence_counter)
         slot_fences = spec.cluster ~= nil,
         -- the uncontended acquire may go without a script (conn:grant,
-        -- redlock.scripted.grant); a Cluster's takes the scripts' way
-        grants = spec.cluster == nil,
+        -- redlock.scripted.grant) once a script ran here (the release
+        -- needs one: a server that refuses scripting says so at the first
+        -- acquire, not at its release); a Cluster's, and a server's without
+        -- streams (before Redis 5), take the scripts' way
+        grants = false,
+        can_grant = spec.cluster == nil,
+        -- read by every lock (redlock.lua, redlock.scripted): present, so
+        -- that a read does not go on to the metatable
+        refused = false, refused_until = 0, contended = false, woke_key = false,
+        -- (redlock.detect: the locks auto mode took in legacy mode)
+        legacy_held = false,
     }, Server)
 end
 

@@ -3,6 +3,7 @@
 local core = require "redlock.core"
 
 local byte, format, find, sub = string.byte, string.format, string.find, string.sub
+local concat, type = table.concat, type
 local random_bytes, keyslot, slot_tag = core.random_bytes, core.keyslot, core.slot_tag
 
 local _M = {}
@@ -15,6 +16,11 @@ local shown_key, shown_as = nil, nil
 -- long keys cut, so a binary key never garbles a log line.
 function _M.show_key(key)
     if key == shown_key then return shown_as end
+    if type(key) == "table" then -- a group lock's keys
+        local parts = {}
+        for i = 1, #key do parts[i] = _M.show_key(key[i]) end
+        return concat(parts, ", ")
+    end
     local shown
     -- the usual key is printable and short: no gsub
     if #key <= 80 and not find(key, "[^%w%p ]") then
@@ -64,10 +70,12 @@ end
 --- The fence counter that a lock on `key` takes its fence from: one per
 -- server, for every key (the acquire script, csrc/scripts.h); with
 -- per_slot (a Cluster, where a script's keys must share a slot), one per
--- hash slot: "{tag}redlock:fence", the tag chosen to land in key's slot
+-- hash slot: "{tag}redlock:fences", the tag chosen to land in key's slot
 -- (csrc/slot.c), so that a key's fences come from one counter wherever
--- its slot moves.
-_M.FENCE_COUNTER = "redlock:fence"
+-- its slot moves. A stream on Redis 5.0 and later, a string before. (Not
+-- "redlock:fence", the string counter of versions before the stream:
+-- during a rolling upgrade their INCR would meet the stream.)
+_M.FENCE_COUNTER = "redlock:fences"
 local slot_counters = {}
 function _M.fence_counter(key, per_slot)
     if not per_slot then return _M.FENCE_COUNTER end

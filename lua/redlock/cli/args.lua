@@ -35,6 +35,9 @@ local SPECS = {
     ["tls-key-file"] = { nil, "FILE", "REDLOCK_TLS_KEY_FILE" },
     ["tls-server-name"] = { nil, "NAME", "REDLOCK_TLS_SERVER_NAME" },
     ["tls-insecure"] = { nil, nil, "REDLOCK_TLS_INSECURE" },
+    limit = { nil, "N", "REDLOCK_LIMIT" },
+    shared = { nil, nil, "REDLOCK_SHARED" },
+    key = { nil, "KEY" },
     help = { "h" },
     version = { "V" },
 }
@@ -66,8 +69,8 @@ function _M.duration(s)
 end
 
 local function set(raw, name, value)
-    if name == "server" then
-        raw.server[#raw.server + 1] = value
+    if name == "server" or name == "key" then
+        raw[name][#raw[name] + 1] = value
     else
         raw[name] = value
     end
@@ -82,14 +85,16 @@ end
 -- Splits args into options (raw) and words (pos). Options end at "--", and
 -- for run and try at the first word after KEY: the rest is CMD, untouched.
 local function split(args)
-    local raw, pos = { server = {} }, {}
+    local raw, pos = { server = {}, key = {} }, {}
     local i, stop = 1, false
     while args[i] ~= nil do
         local a = args[i]
         if stop or a == "-" or sub(a, 1, 1) ~= "-" then
             pos[#pos + 1] = a
             local kind = COMMANDS[pos[1]]
-            if not stop and #pos == 3 and (kind == "cmd" or kind == "cmd?") then stop = true end
+            -- (with --key, no KEY word: CMD starts at the second word)
+            local at = #raw.key > 0 and 2 or 3
+            if not stop and #pos == at and (kind == "cmd" or kind == "cmd?") then stop = true end
         elseif a == "--" then
             stop = true
         elseif sub(a, 1, 2) == "--" then
@@ -240,7 +245,8 @@ end
 
 --- Parses the words after the program name. getenv(name) reads the
 -- environment. Returns {help = true}, {version = true} or the command:
--- {command, key, cmd | token, servers, ttl, wait, mode, connect_timeout,
+-- {command, key, keys (several --key: a group lock), limit, cmd | token,
+-- servers, ttl, wait, mode, connect_timeout,
 -- timeout, replicas, replica_timeout, kill_on_lost, conflict_code, quiet, verbose,
 -- tls}; unset numbers are nil (the
 -- library's defaults apply). Raises {usage = message}.
@@ -252,24 +258,44 @@ function _M.parse(args, getenv)
     if not command then usage("missing command") end
     local kind = COMMANDS[command]
     if not kind then usage("unknown command '%s'", command) end
-    local key = pos[2]
-    if key == nil then usage("%s: missing KEY", command) end
-    if key == "" then usage("%s: KEY must not be empty", command) end
-    local cfg = { command = command, key = key }
+    -- the keys: KEY, or every --key (a group lock of them when several)
+    local keys, w = raw.key, 2
+    if #keys == 0 then
+        keys, w = { pos[2] }, 3
+        if keys[1] == nil then usage("%s: missing KEY", command) end
+    end
+    local seen = {}
+    for _, k in ipairs(keys) do
+        if k == "" then usage("%s: KEY must not be empty", command) end
+        if seen[k] then usage("%s: key '%s' given twice", command, k) end
+        seen[k] = true
+    end
+    local cfg = { command = command, key = keys[1], keys = #keys > 1 and keys or nil }
     if kind == "cmd" or kind == "cmd?" then
-        if pos[3] == nil and kind == "cmd" then
+        if pos[w] == nil and kind == "cmd" then
             usage("%s: missing CMD (redlock %s KEY -- CMD [ARGS...])", command, command)
         end
-        if pos[3] ~= nil then
+        if pos[w] ~= nil then
             cfg.cmd = {}
-            for i = 3, #pos do cfg.cmd[i - 2] = pos[i] end
+            for i = w, #pos do cfg.cmd[i - w + 1] = pos[i] end
         end
     elseif kind == "token" then
-        if pos[3] == nil or pos[3] == "" then usage("%s: missing TOKEN", command) end
-        if pos[4] ~= nil then usage("%s: unexpected word '%s' after TOKEN", command, pos[4]) end
-        cfg.token = pos[3]
-    elseif pos[3] ~= nil then
-        usage("%s: unexpected word '%s' after KEY", command, pos[3])
+        if pos[w] == nil or pos[w] == "" then usage("%s: missing TOKEN", command) end
+        if pos[w + 1] ~= nil then usage("%s: unexpected word '%s' after TOKEN", command, pos[w + 1]) end
+        cfg.token = pos[w]
+    elseif pos[w] ~= nil then
+        usage("%s: unexpected word '%s' after %s", command, pos[w], w == 3 and "KEY" or "the options")
+    end
+    local limit, lfrom = lookup(raw, getenv, "limit")
+    if limit ~= nil then
+        local n = match(limit, "^%d+$") and tonumber(limit)
+        if not n or n < 1 or n > 1000000 then usage("%s: expected 1 to 1000000, got '%s'", lfrom, limit) end
+        if cfg.keys then usage("%s: a semaphore has one key, not %d", lfrom, #cfg.keys) end
+        cfg.limit = n
+    end
+    cfg.shared = flag(raw, getenv, "shared")
+    if cfg.shared and (cfg.limit or cfg.keys) then
+        usage("--shared takes one key and no --limit")
     end
 
     cfg.ttl = ms_option(raw, getenv, "ttl", 1, MAX_MS)

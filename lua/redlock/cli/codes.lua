@@ -40,6 +40,7 @@ end
 function _M.of(msg, word, conflict)
     if word == "locked" or word == "timeout" then return conflict or _M.CONFLICT end
     if word == "not owner" then return _M.NO end
+    if word == "misuse" then return _M.USAGE end
     if word == "connection" or word == "no quorum" or word == "replicas" then return _M.UNAVAILABLE end
     if word == "server" then
         return refused(msg or "") and _M.NOPERM or _M.PROTOCOL

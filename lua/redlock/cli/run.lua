@@ -8,7 +8,7 @@ local core = require "redlock.core"
 local codes = require "redlock.cli.codes"
 
 local proc, now = core.proc, core.now
-local format, floor, max, min, type = string.format, math.floor, math.max, math.min, type
+local format, floor, max, min, type, ipairs = string.format, math.floor, math.max, math.min, type, ipairs
 
 local _M = {}
 
@@ -81,6 +81,16 @@ function _M.run(cfg, lock, say)
         REDLOCK_TTL = format("%d", lock.ttl),
     }
     if type(lock.fence) == "number" then env.REDLOCK_FENCE = format("%d", lock.fence) end
+    local keys = lock.keys
+    if keys then -- a group lock: its keys and fences, one per line
+        env.REDLOCK_KEY = keys[1]
+        env.REDLOCK_KEYS = table.concat(keys, "\n")
+        if lock.fences then
+            local f = {}
+            for i, k in ipairs(keys) do f[i] = format("%d", lock.fences[k]) end
+            env.REDLOCK_FENCES = table.concat(f, "\n")
+        end
+    end
     local sig = proc.caught()
     local pid, err, why
     if not sig then

@@ -1,0 +1,182 @@
+--- Counting semaphores (opts.limit = N): at most N holders of one key at
+-- once, each a lock of its own (a permit: token, fence, ttl, extend,
+-- release). Internal; redlock.lua takes this strategy instead of the
+-- client's for a call with a limit.
+--
+-- The permits live in the lock key itself, a sorted set of token -> expiry
+-- (server ms) with the limit as a member "limit" of score -N; the key's
+-- PEXPIRE is the latest permit's expiry, and every script drops the
+-- expired permits first, so each permit expires on its own (see the
+-- SEM_* scripts in csrc/scripts.h). Waiting is the single lock's notified
+-- waiting (redlock.notify: the same waiters queue and hand-off lists): a
+-- permit given back goes to the first waiter in the same step. Extending
+-- a permit is the single lock's extend (one script for both), which is
+-- what lets the renewal thread renew permits.
+--
+-- One server only (plain, replicas, Sentinel, Cluster): over independent
+-- Redlock masters N permits per server do not bound the holders (two
+-- majorities overlap on different servers), so the client refuses it.
+local util = require "redlock.util"
+local notify = require "redlock.notify"
+local replicas = require "redlock.replicas"
+local single = require "redlock.single"
+local options = require "redlock.options"
+local detect = require "redlock.detect"
+
+local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
+local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
+    notify.waiters_key, notify.data_key, notify.handoff_key, notify.wake_key, notify.handoff_prefix
+local format, type, error, tostring = string.format, type, error, tostring
+
+local _M = {}
+
+--- opts.limit: at most this many holders of the key at once (a counting
+-- semaphore); nil: a single lock.
+options.CALL.limit = function(fname, name, v)
+    if type(v) ~= "number" or v < 1 or v % 1 ~= 0 or v > 1000000 then
+        error(format("bad option '%s' to '%s' (integer from 1 to 1000000 expected, got %s)", name, fname,
+            tostring(v)), 5)
+    end
+    return v
+end
+
+--- The misuse answer ({2, M} from a script) as nil, message, "misuse".
+-- m: the limit of the semaphore found (0: no semaphore); limit: the one
+-- asked for, or nil when asked: what was asked ("a single lock", ...).
+function _M.misuse(key, m, limit, server, asked)
+    local what
+    if m == 0 and limit then
+        what = "is not a semaphore (a single lock, readers, a group's key or another value holds it)"
+    elseif m == 0 then
+        what = "holds a value of another kind than this library's locks"
+    elseif limit then
+        what = format("is held as a semaphore of limit %d, not %d", m, limit)
+    else
+        what = format("is held as a semaphore (limit %d), not as %s", m, asked or "a single lock")
+    end
+    return nil, format("misuse: %s %s on %s", key and show_key(key) or "the key", what, server.name), "misuse"
+end
+
+--- A failure of a kind's acquire, said plainly when the server refuses
+-- scripting (mode "auto" before it has decided: the kinds have no legacy
+-- way). what: "a permit", ...
+function _M.needs_scripts(server, what, err, code)
+    if code == "server" and detect.refused(err) then
+        -- (Redis echoes an unknown command's arguments, the token among them)
+        local why = err:gsub(", with args beginning with:.*$", ""):gsub("^server: [^:]*:[^:]*: ", "")
+        return format("server: %s: %s needs the server's scripts, which it refuses (%s)", server.name, what,
+            why), code
+    end
+    return err, code
+end
+
+-- The acquire script's answer: true, fence | false, ms | nil, err, code.
+-- what: the script's name; limit: the semaphore's (nil for readers).
+local function answer(server, key, what, limit, taken, v, at, asked)
+    if taken == 1 and v then return true, v end
+    if taken == 0 and v then
+        if at then server.refused_at = at end
+        return false, v
+    end
+    if taken == 2 then return _M.misuse(key, v, limit, server, asked) end
+    if taken == nil then return nil, v, at end
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)),
+        "server"
+end
+
+local function eval_values(conn, ...)
+    local a, b, c, stale = conn:eval_values(...)
+    if a == nil and stale then return conn:eval_values(...) end
+    return a, b, c
+end
+
+local function release(server, name, key, token)
+    local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
+        fence_counter(key, server.slot_fences), token, handoff_prefix(key))
+    if r == nil then return nil, err, code end
+    return r == 1 or r == 3
+end
+
+-- With replica acknowledgement: the script and WAIT in one write; a permit
+-- taken but not acknowledged is given back (fail closed).
+local function acquire_acked(server, kind, key, token, rep, nkeys, ...)
+    local conn, name = server.conn, kind.scripts[1]
+    local acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
+        rep.aof, nkeys, ...)
+    if acked == nil and v then -- a connection the server had dropped: once more
+        acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
+            rep.aof, nkeys, ...)
+    end
+    if acked == nil then return nil, fsynced, taken end
+    local wrote = taken == 1 and v ~= nil
+    if acked ~= false and not wrote then
+        return answer(server, key, name, kind.limit, taken, v, at, kind.asked)
+    end
+    local msg, code
+    if acked == false then
+        msg, code = replicas.wait_failed(server.name, rep, fsynced)
+    else
+        msg, code = replicas.shortfall(server.name, rep, acked, fsynced, "the " .. kind.what), "replicas"
+        if not msg then return true, v, acked end
+    end
+    if wrote then return nil, replicas.released(msg, release(server, kind.scripts[2], key, token)), code end
+    return nil, msg, code
+end
+
+--- A strategy (as redlock.single's) for holders kept in the key's sorted
+-- set: name, what ("permit", "read lock"), scripts {acquire, release},
+-- limit (nil for readers: the acquire script then takes no limit
+-- argument). Waiting, giving up and extending are the single lock's.
+function _M.make(name, what, scripts, limit)
+    local s = { name = name, what = what, scripts = scripts, limit = limit, asked = "a " .. what,
+        shared = name == "shared" }
+    local limit_s = limit and format("%d", limit)
+    local acquire_name, release_name = scripts[1], scripts[2]
+    -- the script's arguments: token, ttl, [limit,] waiting, how, fenced
+    local function args(token, ttl, waiting, how, fenced)
+        if limit_s then return token, ms_string(ttl), limit_s, waiting or "0", how, fenced end
+        return token, ms_string(ttl), waiting or "0", how, fenced
+    end
+    function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
+        local server = client.servers[1]
+        local fenced = unfenced and "0" or "1"
+        local hkey, fkey = handoff_key(key, token), fence_counter(key, server.slot_fences)
+        local ok, v, code
+        if rep then
+            -- (a holder that waits for replicas is never handed over: woken)
+            ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key),
+                hkey, fkey, args(token, ttl, waiting, "w", fenced))
+        else
+            local how = handoff and not server.no_notify and "h" or "w"
+            local taken, r, at = eval_values(server.conn, acquire_name, 5, key, waiters_key(key),
+                data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
+            ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
+        end
+        if code == "misuse" then return nil, v, code end
+        if ok == nil then v, code = _M.needs_scripts(server, s.asked, v, code) end
+        return single.acquired(server, ok, v, code)
+    end
+    function s.release(client, key, token)
+        local server = client.servers[1]
+        return single.released(server, release(server, release_name, key, token))
+    end
+    -- one extend script for locks, permits and readers (csrc/scripts.h EXTEND)
+    s.extend = single.extend
+    s.give_up = single.give_up
+    s.wait = single.wait
+    return s
+end
+
+local strategies = {}
+
+--- The strategy of a semaphore of `limit` permits.
+function _M.strategy(limit)
+    local s = strategies[limit]
+    if not s then
+        s = _M.make("semaphore", "permit", { "sem_acquire", "sem_release" }, limit)
+        strategies[limit] = s
+    end
+    return s
+end
+
+return _M

@@ -1,0 +1,187 @@
+-- Counting semaphores (opts.limit): at most N holders at once, counted by
+-- the resource, between real processes; each permit expires on its own;
+-- a freed permit goes to the first waiter; misuse is refused.
+local helper = require "helper"
+local core = require "redlock.core"
+
+local function read_out(w)
+    local f = io.open(w.dir .. "/out")
+    local s = f and f:read("*a") or ""
+    if f then f:close() end
+    return s
+end
+
+describe("semaphore (limit = N)", function()
+    -- (the kinds\' scripts read the server\'s clock: Redis 3.2+)
+    local it = helper.needing(it, "script_time")
+    local server, client, data
+    setup(function() server, client, data = helper.single_server() end)
+    teardown(function() helper.close_all(client, data) end)
+
+    it("limit 3: 6 processes x 40 with_lock, never more than 3 inside, more than 1 seen, all finish",
+        function()
+            local key, inside = helper.key("sem"), helper.key("inside")
+            local workers = {}
+            for i = 1, 6 do
+                workers[i] = helper.spawn("spec/workers/permits.lua", server:url(), key, inside, 3, 40)
+            end
+            local most = 0
+            for i = 1, 6 do
+                local status, out = workers[i]:wait(120000)
+                assert.equal(0, status, out)
+                local n, m = out:match("done (%d+) max (%d+)")
+                assert.equal("40", n, out)
+                most = math.max(most, tonumber(m))
+            end
+            assert.is_true(most <= 3, "more than 3 inside: " .. most)
+            assert.is_true(most > 1, "never more than one inside")
+            assert.equal("0", data:command("GET", inside))
+            assert.equal(0, data:command("EXISTS", key))
+        end)
+
+    it("a SIGKILLed holder's permit frees after its ttl; the other permits stay held", function()
+        local key = helper.key("sem")
+        local a = assert(client:acquire(key, { limit = 3, ttl = 60000 }))
+        local b = assert(client:acquire(key, { limit = 3, ttl = 60000 }))
+        local w = helper.spawn("spec/workers/hold_permit.lua", server:url(), key, 3, 1500)
+        assert(helper.eventually(10000, function() return read_out(w):find("held") end), read_out(w))
+        local pid = read_out(w):match("held %x+ %d+ (%d+)")
+        assert(os.execute("kill -KILL " .. pid))
+        local _, _, code = client:try_acquire(key, { limit = 3 })
+        assert.equal("locked", code)
+        -- a waiter gets the dead holder's permit once its ttl has passed
+        local c, err = client:acquire(key, { limit = 3, wait = 10000 })
+        assert.truthy(c, err)
+        assert.is_true(c.fence > b.fence and b.fence > a.fence)
+        -- a and b kept theirs all along
+        assert.is_true(a:extend())
+        assert.is_true(b:extend())
+        assert.equal(3, data:command("ZCARD", key) - 1)
+        assert(a:release() and b:release() and c:release())
+        assert.equal(0, data:command("EXISTS", key))
+    end)
+
+    it("a permit given back goes to the first waiter (FIFO hand-off)", function()
+        local key = helper.key("sem")
+        local held = assert(client:acquire(key, { limit = 1, ttl = 60000 }))
+        local waiters_key = "{" .. key .. "}:waiters"
+        local first = helper.spawn("spec/workers/hold_permit.lua", server:url(), key, 1, 60000, 20000)
+        assert(helper.eventually(10000, function() return data:command("ZCARD", waiters_key) == 1 end))
+        local second = helper.spawn("spec/workers/hold_permit.lua", server:url(), key, 1, 60000, 3000)
+        assert(helper.eventually(10000, function() return data:command("ZCARD", waiters_key) == 2 end))
+        assert.is_true(held:release())
+        local status, out = first:wait(20000)
+        assert.equal(0, status, out)
+        local token = out:match("^held (%x+)")
+        assert.truthy(token, out)
+        status, out = second:wait(20000)
+        assert.equal(0, status, out)
+        assert.matches("failed timeout", out)
+        -- the first waiter's permit (its process exited without releasing)
+        assert.truthy(tonumber(data:command("ZSCORE", key, token)))
+        data:command("DEL", key)
+    end)
+
+    it("permits renew in the background (with_lock) past their ttl", function()
+        local key = helper.key("sem")
+        local ok, lost = client:with_lock(key, { limit = 2, ttl = 300 }, function(p)
+            core.sleep(1000)
+            return p:lost()
+        end)
+        assert.is_true(ok)
+        assert.is_false(lost)
+        assert.equal(0, data:command("EXISTS", key))
+        -- a permit taken away by hand: its renewal finds it gone, on_lost runs
+        local told
+        local p = assert(client:acquire(key, { limit = 2, ttl = 300, renew = true,
+            on_lost = function(_, why) told = why end }))
+        local other = assert(client:acquire(key, { limit = 2, ttl = 60000 }))
+        data:command("ZREM", key, p.token)
+        assert(helper.eventually(5000, function() return p:lost() end))
+        local _, _, code = p:release()
+        assert.equal("not owner", code)
+        assert.equal("gone", told)
+        assert.is_true(other:extend())
+        assert(other:release())
+    end)
+
+    it("refuses misuse: another limit while held, a single lock of a semaphore key, limit 0", function()
+        local key = helper.key("sem")
+        local p = assert(client:acquire(key, { limit = 2 }))
+        local _, err, code = client:try_acquire(key, { limit = 3 })
+        assert.equal("misuse", code)
+        assert.matches("limit 2, not 3", err, 1, true)
+        _, err, code = client:try_acquire(key)
+        assert.equal("misuse", code)
+        assert.matches("held as a semaphore", err, 1, true)
+        _, _, code = client:acquire(key, { wait = 200 })
+        assert.equal("misuse", code)
+        assert.has_error(function() client:acquire(key, { limit = 0 }) end,
+            "bad option 'limit' to 'acquire' (integer from 1 to 1000000 expected, got 0)")
+        assert.has_error(function() client:acquire({ key }, { limit = 2 }) end)
+        -- the plain commands see the key held
+        assert.equal(core.null, data:command("SET", key, "x", "NX"))
+        -- a semaphore on a single lock's key
+        local single = helper.key("single")
+        local l = assert(client:acquire(single))
+        _, err, code = client:try_acquire(single, { limit = 2 })
+        assert.equal("misuse", code, err)
+        assert(l:release() and p:release())
+        -- a free key takes any limit again
+        p = assert(client:try_acquire(key, { limit = 3 }))
+        assert(p:release())
+        -- a single lock released after its key became a semaphore: not owner
+        local gone = assert(client:acquire(single, { ttl = 100 }))
+        helper.sleep(200)
+        local other = assert(client:acquire(single, { limit = 2 }))
+        _, _, code = gone:release()
+        assert.equal("not owner", code)
+        _, _, code = gone:extend()
+        assert.equal("not owner", code)
+        assert(other:release())
+    end)
+
+    it("refuses a semaphore over Redlock and in legacy mode, with the reason", function()
+        local redlock = require "redlock"
+        local s2, s3 = helper.start_server(), helper.start_server()
+        local rl = redlock.new { servers = { server:url(), s2:url(), s3:url() } }
+        assert.has_error(function() rl:acquire("k", { limit = 2 }) end)
+        local ok, err = pcall(rl.acquire, rl, "k", { limit = 2 })
+        assert.is_false(ok)
+        assert.matches("two majorities may overlap", err, 1, true)
+        rl:close()
+        local legacy = redlock.new { servers = { server:url() }, mode = "legacy" }
+        ok, err = pcall(legacy.try_acquire, legacy, "k", { limit = 2 })
+        assert.is_false(ok)
+        assert.matches("legacy mode", err, 1, true)
+        legacy:close()
+        s2:stop()
+        s3:stop()
+        -- mode "auto" on a server without scripting: said plainly, at run time
+        local noscript = helper.start_server { config = { 'rename-command EVAL ""', 'rename-command EVALSHA ""',
+            'rename-command SCRIPT ""', 'rename-command FUNCTION ""', 'rename-command FCALL ""' } }
+        local auto = redlock.new { servers = { noscript:url() } }
+        local _, code
+        _, err, code = auto:try_acquire("k", { limit = 2 })
+        assert.equal("server", code)
+        assert.matches("a permit needs the server's scripts, which it refuses", err, 1, true)
+        _, err, code = auto:try_acquire({ "a", "b" })
+        assert.equal("server", code)
+        assert.matches("a group lock needs the server's scripts", err, 1, true)
+        _, err, code = auto:try_acquire("k", { shared = true })
+        assert.equal("server", code)
+        assert.matches("a read lock needs the server's scripts", err, 1, true)
+        auto:close()
+        noscript:stop()
+    end)
+
+    it("permits that expire unreleased leave nothing behind", function()
+        local before = data:command("DBSIZE")
+        local key = helper.key("sem")
+        for _ = 1, 3 do assert(client:acquire(key, { limit = 3, ttl = 150 })) end
+        local _, _, code = client:acquire(key, { limit = 3, ttl = 150, wait = 50 })
+        assert.equal("timeout", code)
+        assert(helper.eventually(5000, function() return data:command("DBSIZE") <= before end))
+        assert.equal(before, data:command("DBSIZE"))
+    end)
+end)

@@ -1,0 +1,101 @@
+--- Test-only handlers that spec/36-kinds_openresty_spec.lua loads into
+-- nginx: semaphores and group locks over cosockets.
+local redlock = require "redlock"
+local counter = require "counter"
+
+local ngx = ngx
+local tonumber, tostring, ipairs = tonumber, tostring, ipairs
+
+local _M = {}
+
+local clients = {}
+
+-- One client per worker and retry_delay, made in the first request.
+local function client(retry_delay)
+    local c = clients[retry_delay]
+    if not c then
+        local r = counter.redis
+        c = redlock.new { servers = { { host = r.host, port = r.port } }, ttl = 5000, wait = 20000,
+            retry_delay = retry_delay, retry_jitter = retry_delay }
+        clients[retry_delay] = c
+    end
+    return c
+end
+
+local function call(...)
+    local c = client(5)
+    return assert(c.servers[1]:call(...))
+end
+
+--- GET /sem?key=K&limit=N&ms=MS: with_lock of a semaphore; inside, INCR
+-- K:inside, ngx.sleep(ms), DECR it. Answers how many were inside on entry.
+function _M.sem()
+    local key, limit, ms = ngx.var.arg_key, tonumber(ngx.var.arg_limit), tonumber(ngx.var.arg_ms) or 10
+    local ok, v, code = client(5):with_lock(key, { limit = limit }, function(p)
+        assert(p.limit == limit and p.fence)
+        local n = call("INCR", key .. ":inside")
+        ngx.sleep(ms / 1000)
+        call("DECR", key .. ":inside")
+        return n
+    end)
+    if not ok then ngx.status = code == "timeout" and 503 or 502 end
+    ngx.say(tostring(v))
+end
+
+--- GET /sem_wait?key=K&wait=MS&hold=MS: waits for a permit of a semaphore
+-- of limit 1 with a client whose polling would sleep 10 s: only a wake-up
+-- from the worker's subscriber makes it try before its wait is over.
+function _M.sem_wait()
+    local c = client(10000)
+    local p, err = c:acquire(ngx.var.arg_key, { limit = 1, wait = tonumber(ngx.var.arg_wait) })
+    if not p then return ngx.say(err) end
+    ngx.sleep((tonumber(ngx.var.arg_hold) or 0) / 1000)
+    p:release()
+    ngx.say("taken")
+end
+
+--- GET /sem_hold?key=K&ms=MS: holds a permit of limit 1 for ms, releases.
+function _M.sem_hold()
+    local p, err = client(5):acquire(ngx.var.arg_key, { limit = 1 })
+    if not p then return ngx.say(err) end
+    ngx.sleep(tonumber(ngx.var.arg_ms) / 1000)
+    local ok, rerr = p:release()
+    ngx.say(ok and "released" or rerr)
+end
+
+--- GET /rw?key=K&role=r|w&ms=MS: with_lock as a reader (role r, shared)
+-- or a writer; inside, INCR its role's counter, check the other's, sleep,
+-- DECR. Answers the readers inside on entry, or "overlap".
+function _M.rw()
+    local key, reader, ms = ngx.var.arg_key, ngx.var.arg_role == "r", tonumber(ngx.var.arg_ms) or 10
+    local ok, v, code = client(5):with_lock(key, { shared = reader }, function()
+        local mine, other = key .. (reader and ":readers" or ":writers"), key .. (reader and ":writers" or ":readers")
+        local n = call("INCR", mine)
+        local bad = (tonumber(call("GET", other)) or 0) > 0 or (not reader and n ~= 1)
+        ngx.sleep(ms / 1000)
+        call("DECR", mine)
+        return bad and "overlap" or n
+    end)
+    if not ok then ngx.status = code == "timeout" and 503 or 502 end
+    ngx.say(tostring(v))
+end
+
+--- GET /pair?a=K1&b=K2: a group lock of the two keys; inside, each key's
+-- counter (K:counter) read, a yield, written + 1.
+function _M.pair()
+    local keys = { ngx.var.arg_a, ngx.var.arg_b }
+    local ok, err, code = client(2):with_lock(keys, function(g)
+        assert(g.fences[keys[1]] and g.fences[keys[2]])
+        for _, k in ipairs(keys) do
+            local v = call("GET", k .. ":counter")
+            v = (v == ngx.null) and 0 or tonumber(v)
+            ngx.sleep(0.001)
+            call("SET", k .. ":counter", v + 1)
+        end
+        return "ok"
+    end)
+    if not ok then ngx.status = code == "timeout" and 503 or 502 end
+    ngx.say(tostring(err))
+end
+
+return _M
