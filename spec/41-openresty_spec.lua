@@ -90,8 +90,10 @@ describe("OpenResty (nginx + Lua module)", function()
         assert.equal(n, #codes)
         local seen = {}
         for i = 1, n do
-            assert.equal("200", codes[i], nginx.read(dir .. "/r" .. i))
-            local v = tonumber(nginx.read(dir .. "/r" .. i))
+            local body = nginx.read(dir .. "/r" .. i)
+            assert.equal("200", codes[i], body)
+            local v = tonumber(body)
+            assert(v, "request " .. i .. " answered 200 without a number: '" .. tostring(body) .. "'")
             assert.is_nil(seen[v], "value " .. tostring(v) .. " answered twice")
             seen[v] = true
         end
