@@ -123,8 +123,9 @@
  * (KEYS[3]) and empties its hand-off list (KEYS[4]), as ACQUIRE below
  * describes; `now`, `t` (TIME), `pttl` (the holder's), `counter` set;
  * ARGV[1] token, ARGV[2] ttl, `span` the waiter's ARGV of the next
- * block, `how` its "h" or "w", `mark` what its data ends with (" r": a
- * reader, see RW_READ). Answers {0, pttl, now}. */
+ * block, `how` its "h" or "w", `mark` a Lua expression, what its data
+ * ends with (" r": a reader, see RW_READ; " s<limit>": a semaphore's).
+ * Answers {0, pttl, now}. */
 #define REDLOCK_SCRIPT_JOIN_QUEUE(span_arg, how_arg, mark)                  \
     "redis.call('DEL', KEYS[4])\n"                                          \
     "local span = tonumber(" span_arg ")\n"                                 \
@@ -133,8 +134,8 @@
     "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"                  \
     "  redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
     "end\n"                                                                 \
-    "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d" mark "', now + span,\n" \
-    "  " how_arg " == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"       \
+    "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
+    "  " how_arg " == 'h' and ARGV[2] or '0', counter and 1 or 0) .. " mark ")\n" \
     "for i = 2, 3 do\n"                                                     \
     "  if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
     "end\n"                                                                 \
@@ -359,13 +360,19 @@
     REDLOCK_SCRIPT_SERVE_QUEUE
 
 /* KEYS[1] lock key, KEYS[2] the waiters queue, KEYS[3] the waiters' data,
- * KEYS[4] the caller's hand-off list; ARGV[1] token. A waiter that gives
- * up leaves the queue; if the lock was handed to it meanwhile, the answer
- * is its hand-off's element ("fence server-ms", as BLPOP would have
- * returned it), or "held" when the key holds its token without one (the
- * element was popped, and the reply lost): the caller then takes the lock,
- * or releases it. Else false. */
+ * KEYS[4] the caller's hand-off list, optionally KEYS[5] the wake-up list;
+ * ARGV[1] token. A waiter that gives up leaves the queue; if the lock was
+ * handed to it meanwhile, the answer is its hand-off's element ("fence
+ * server-ms", as BLPOP would have returned it), or "held" when the key
+ * holds its token without one (the element was popped, and the reply
+ * lost): the caller then takes the lock, or releases it. Else false.
+ * With KEYS[5]: a waiter that leaves from the front of the queue while
+ * the key is not a single lock's (free, readers, permits) wakes the
+ * waiters behind it as a release does (the wake-up list, "redlock:wake"):
+ * readers queued behind a writer that gave up would else wait for their
+ * recheck while newcomers pass them. */
 #define REDLOCK_SCRIPT_GIVE_UP                                              \
+    "local front = KEYS[5] and redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1]\n" \
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"                                \
     "redis.call('HDEL', KEYS[3], ARGV[1])\n"                                \
     "local handed = redis.call('LPOP', KEYS[4])\n"                          \
@@ -375,6 +382,11 @@
     "  local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n"                 \
     "  v = type(s) == 'string' and tonumber(s) > 0 and ARGV[1]\n"           \
     "end\n"                                                                 \
+    "if front and type(v) ~= 'string' and redis.call('EXISTS', KEYS[2]) == 1 then\n" \
+    "  if redis.call('EXISTS', KEYS[5]) == 0 then redis.call('RPUSH', KEYS[5], '1') end\n" \
+    "  redis.call('PEXPIRE', KEYS[5], 1000)\n"                              \
+    "  redis.call('PUBLISH', 'redlock:wake', KEYS[1])\n"                    \
+    "end\n"                                                                 \
     "if v ~= ARGV[1] then return false end\n"                               \
     "return handed or 'held'\n"
 
@@ -383,11 +395,14 @@
  * A semaphore's permit (the key a sorted set, see above) is extended the
  * same way: its score moves to now + ttl if it has not expired, and the
  * key's PEXPIRE follows the latest permit. One script for every kind, so
- * the renewal thread renews permits as it renews locks. */
+ * the renewal thread renews permits as it renews locks. A sorted set
+ * without our marker member ("limit" or "shared") is another
+ * application's: 0, and nothing is touched. */
 #define REDLOCK_SCRIPT_EXTEND                                               \
     "local v = redis.pcall('GET', KEYS[1])\n"                               \
     "if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n" \
     "if type(v) ~= 'table' or redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end\n" \
+    "if not (redis.call('ZSCORE', KEYS[1], 'limit') or redis.call('ZSCORE', KEYS[1], 'shared')) then return 0 end\n" \
     "if not (redis.replicate_commands and redis.replicate_commands()) then return 0 end\n" \
     REDLOCK_SCRIPT_NOW                                                      \
     "redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)\n"                     \
@@ -462,7 +477,7 @@
 /* A permit of a counting semaphore (see the layout above). KEYS[1] the
  * key, KEYS[2] the waiters queue, KEYS[3] the waiters' data, KEYS[4] the
  * caller's hand-off list, KEYS[5] the fence counter (the single lock's
- * companions and counter; a waiter's data ends " s", so that only
+ * companions and counter; a waiter's data ends " s<its limit>", so that only
  * semaphore waiters are handed permits, and no other release hands a
  * semaphore waiter a lock); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
  * limit N, ARGV[4] "0" for a caller that does not wait, else the ms its
@@ -474,7 +489,9 @@
  * or M = 0: it is no semaphore, e.g. a single lock's string).
  * A permit is granted when fewer than N unexpired permits exist and fewer
  * live waiters than free permits are queued before the caller (a newcomer
- * queues behind every waiter: the first waiter gets a freed permit); our
+ * queues behind every waiter: the first waiter gets a freed permit; a
+ * live waiter there queued with another limit is misuse, {2, its limit},
+ * as the queue outlives the key); our
  * own token found again is refreshed (a retry after a lost reply, or a
  * hand-off found before its BLPOP). The limit is read before anything is
  * written: a different N is refused while any permit is unexpired. */
@@ -486,9 +503,9 @@
     REDLOCK_SCRIPT_NOW                                                      \
     "local kind = redis.call('TYPE', key).ok\n"                             \
     "if kind == 'zset' then\n"                                              \
-    "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
     "  local l = redis.call('ZSCORE', key, 'limit')\n"                      \
     "  if not l then return {2, 0} end\n"                                   \
+    "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
     "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key)\n"      \
     "  elseif -tonumber(l) ~= limit then return {2, -tonumber(l)} end\n"    \
     "elseif kind ~= 'none' then return {2, 0} end\n"                        \
@@ -509,7 +526,11 @@
     "  local m = redis.call('ZRANGE', KEYS[2], i, i)[1]\n"                  \
     "  if not m or m == ARGV[1] then break end\n"                           \
     "  local d = redis.call('HGET', KEYS[3], m)\n"                          \
-    "  local alive = d and string.match(d, '^(%d+) ')\n"                    \
+    "  local alive, n\n"                                                    \
+    "  if d then alive, n = string.match(d, '^(%d+) %d+ %d s(%d*)$') end\n" \
+    "  if alive and tonumber(alive) >= now and n ~= '' and tonumber(n) ~= limit then\n" \
+    "    return {2, tonumber(n)}\n"                                         \
+    "  end\n"                                                               \
     "  if alive and tonumber(alive) >= now then ahead, i = ahead + 1, i + 1\n" \
     "  else redis.call('ZREM', KEYS[2], m) redis.call('HDEL', KEYS[3], m) end\n" \
     "end\n"                                                                 \
@@ -517,14 +538,18 @@
     "local first = redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')\n"         \
     "local pttl = first[2] and math.max(0, tonumber(first[2]) - now) or 0\n" \
     "if ARGV[4] == '0' then return {0, pttl} end\n"                         \
-    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]", " s")
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[4]", "ARGV[5]", "' s' .. ARGV[3]")
 
 /* Gives a permit back. KEYS[1] the key, KEYS[2] the waiters queue, KEYS[3]
  * the waiters' data, KEYS[4] the wake-up list, KEYS[5] the fence counter;
  * ARGV[1] token, ARGV[2] what a waiter's hand-off list is named, less its
  * token. Answers 0 (not ours: no unexpired permit of that token; the
- * "limit" member is no permit), 1 (given back), 3 (given back, and
- * waiters served). Each permit free after ours is gone goes to the next
+ * "limit" member is no permit), 1 (given back), 2 (misuse: the key holds
+ * a value that is no semaphore, e.g. readers or another application's
+ * sorted set; read before anything is written, and nothing is), 3 (given
+ * back, and waiters served). A waiter queued with another limit (misuse)
+ * is woken and dropped, never handed a permit: its next attempt learns
+ * of the mismatch. Each permit free after ours is gone goes to the next
  * live semaphore waiter of the queue, front first, in this same step (its token
  * with its own ttl as in RELEASE's hand-off, a new fence, and "fence
  * server-ms" pushed to its hand-off list); a waiter that is only woken
@@ -535,12 +560,14 @@
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
     "if not seeded then return 0 end\n"                                     \
     "local key = KEYS[1]\n"                                                 \
-    "if redis.call('TYPE', key).ok ~= 'zset' then return 0 end\n"           \
+    "local kind = redis.call('TYPE', key).ok\n"                              \
+    "if kind == 'none' or kind == 'string' then return 0 end\n"             \
+    "local l = kind == 'zset' and redis.call('ZSCORE', key, 'limit')\n"     \
+    "if not l then return 2 end\n"                                          \
     REDLOCK_SCRIPT_NOW                                                      \
     "redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                         \
     "local s = redis.call('ZSCORE', key, ARGV[1])\n"                        \
-    "local l = redis.call('ZSCORE', key, 'limit')\n"                        \
-    "if not s or not l or tonumber(s) <= 0 then\n"                          \
+    "if not s or tonumber(s) <= 0 then\n"                                   \
     REDLOCK_SCRIPT_SET_TTL("key")                                           \
     "  return 0\n"                                                          \
     "end\n"                                                                 \
@@ -551,8 +578,9 @@
     "  local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]\n"              \
     "  if not front then break end\n"                                       \
     "  local d = redis.call('HGET', KEYS[3], front)\n"                      \
-    "  local alive, ttl, fenced\n"                                          \
-    "  if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d) s$') end\n" \
+    "  local alive, ttl, fenced, n\n"                                       \
+    "  if d then alive, ttl, fenced, n = string.match(d, '^(%d+) (%d+) (%d) s(%d*)$') end\n" \
+    "  if alive and n ~= '' and tonumber(n) ~= -tonumber(l) then alive, wake = nil, true end\n" \
     "  if alive and tonumber(alive) >= now then\n"                          \
     "    if ttl == '0' then wake = true break end\n"                        \
     "    local f = fence(fenced == '1' and KEYS[5])\n"                      \
@@ -610,15 +638,22 @@
  * a release wakes it, nobody hands it one key of its group), and, as a
  * writer, keeps later readers out. ARGV[1] token, ARGV[2] the ms its next
  * block lasts at most. Answers {0, pttl, server ms} (queued), {1} (the key
- * is free or ours now: try again at once). */
+ * is free or ours now: try again at once). A server without TIME (before
+ * 3.2) queues it as ACQUIRE does there (no data: every release wakes) and
+ * answers {0, pttl, 0}. */
 #define REDLOCK_SCRIPT_GROUP_WAIT                                           \
     "local cur = redis.pcall('GET', KEYS[1])\n"                             \
     "if cur == false or cur == ARGV[1] then return {1} end\n"               \
     "local counter = false\n"                                               \
-    "if not (redis.replicate_commands and redis.replicate_commands()) then return {1} end\n" \
+    "if not (redis.replicate_commands and redis.replicate_commands()) then\n" \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
+    "  if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then redis.call('ZADD', KEYS[2], 0, ARGV[1]) end\n" \
+    "  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end\n" \
+    "  return {0, redis.call('PTTL', KEYS[1]), 0}\n"                        \
+    "end\n"                                                                 \
     REDLOCK_SCRIPT_NOW                                                      \
     "local pttl = redis.call('PTTL', KEYS[1])\n"                            \
-    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[2]", "'w'", "")
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[2]", "'w'", "''")
 
 /* KEYS[1..n] a group's keys (one server or one slot), KEYS[n+1..2n] their
  * waiters queues; ARGV[1] token. Each key that holds the token is deleted
@@ -714,7 +749,7 @@
     "  pttl = kind == 'zset' and redis.call('PTTL', key) or 1000\n"          \
     "end\n"                                                                 \
     "if ARGV[3] == '0' then return {0, pttl} end\n"                         \
-    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[3]", "ARGV[4]", " r")
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[3]", "ARGV[4]", "' r'")
 
 /* A reader leaves. KEYS[1] key, KEYS[2] waiters queue, KEYS[3] their data,
  * KEYS[4] the wake-up list, KEYS[5] fence counter; ARGV[1] token, ARGV[2]

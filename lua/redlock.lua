@@ -453,7 +453,11 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                 if notified and bound > RECHECK_MS then bound, final = RECHECK_MS, false end
                 if bound > 0 then
                     local blocked, fence, since
-                    if wait_for then blocked, fence, since = wait_for(client, key, bound, t0, mine, final) end
+                    -- (the token again last: a group's wait finds the queue it
+                    -- joined by it, also when it may not be handed a lock)
+                    if wait_for then
+                        blocked, fence, since = wait_for(client, key, bound, t0, mine, final, token)
+                    end
                     if blocked == "handed" then
                         return ended(client, o, key, start, attempts,
                             handed(client, key, token, o, renew, t_refused, fence, since))

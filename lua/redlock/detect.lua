@@ -24,7 +24,7 @@ local legacy = require "redlock.legacy"
 local scripted = require "redlock.scripted"
 
 local now = core.now
-local find, lower, type, pairs = string.find, string.lower, type, pairs
+local find, lower, type, pairs, format = string.find, string.lower, type, pairs, string.format
 local huge = math.huge
 
 local _M = { name = "auto" }
@@ -215,6 +215,37 @@ function _M.renewing(server, delta, token, ttl)
     server.legacy_renewing = server.legacy_renewing - 1
     if held[token] then held[token] = now() + ttl end
     return true
+end
+
+--- Mode "auto" decides before the first script of a lock kind (a permit,
+-- a read lock, a group: redlock.semaphore, redlock.group), which sends its
+-- own scripts and would else leave the server undecided for good (no
+-- notified waiting, no leaving the queue). As for a single lock: a server
+-- older than 2.6.12 switches to legacy mode, which cannot take the kind
+-- (nil, message, "server"); else true, and the kind's script follows, whose
+-- outcome settles the rest (settled). what: "a permit", ...
+function _M.settle(server, what)
+    if server.ops ~= _M then return true end
+    local caps, err, code = legacy.caps(server)
+    if not caps then return nil, err, code end
+    if caps.version and caps.version < SCRIPTS_SINCE then
+        fall_back(server)
+        return nil, format("server: %s: %s needs the server's scripts: legacy mode (a server before Redis"
+            .. " 2.6.12) cannot take it in one atomic step", server.name, what), "server"
+    end
+    return true
+end
+
+--- A kind's script ran (ran: it answered, whatever it answered) or
+-- failed with err, code: a server of mode "auto" is in script mode from
+-- now on, or, refusing scripting, in legacy mode (see settle).
+function _M.settled(server, ran, err, code)
+    if server.ops ~= _M then return end
+    if ran then
+        server.ops, server.script_seen = scripted, true
+    elseif code == "server" and _M.refused(err) then
+        fall_back(server)
+    end
 end
 
 local function run(name)

@@ -24,12 +24,15 @@ local replicas = require "redlock.replicas"
 local semaphore = require "redlock.semaphore"
 local notify = require "redlock.notify"
 local quorum = require "redlock.quorum"
+local detect = require "redlock.detect"
 
 local keyslot, ms_string, fence_counter, companion_key = core.keyslot, util.ms_string, util.fence_counter,
     util.companion_key
+local now = core.now
 local next = next
 local WAITERS = scripted.WAITERS
-local type, ipairs, pairs, error, tostring, select = type, ipairs, pairs, error, tostring, select
+local type, ipairs, pairs, error, tostring, select, tonumber = type, ipairs, pairs, error, tostring, select,
+    tonumber
 local format, sort = string.format, table.sort
 local unpack = table.unpack or unpack -- luacheck: ignore 143
 
@@ -204,25 +207,60 @@ end
 -- acquire answers true, {key = fence} (fences 0 without a counter)[, acked].
 _M.strategy = { name = "group" }
 
--- The key whose queue a waiting group joined, per token (see wait).
-local queued = {}
+-- The key whose queue a waiting group joined, per token (see wait), and
+-- until when (monotonic ms) that wait can last: an entry whose acquire
+-- ended without leaving (an error raised mid-wait) is dropped once that
+-- has passed, so the table stays as small as the waits under way.
+local queued, queued_until, n_queued, prune_at = {}, {}, 0, 64
 
--- A waiting group leaves the queue it joined (GIVE_UP); what it answers
--- about that key is moot: the group's own outcome says whether it holds.
+local function forget(token)
+    if queued[token] then
+        queued[token], queued_until[token] = nil, nil
+        n_queued = n_queued - 1
+    end
+end
+
+local function remember(token, key, ms)
+    if not queued[token] then
+        n_queued = n_queued + 1
+        if n_queued > prune_at then
+            local t = now()
+            for k, u in pairs(queued_until) do
+                if u < t then forget(k) end
+            end
+            prune_at = 2 * n_queued + 64
+        end
+    end
+    -- (its place lasts the block and the queue's slack: RECHECK_MS + 1 s)
+    queued[token], queued_until[token] = key, now() + ms + 2000
+end
+
+-- A waiting group leaves the queue it joined (GIVE_UP, which wakes the
+-- waiters behind when it leaves from the front); what it answers about
+-- that key is moot: the group's own outcome says whether it holds.
 local function leave_queue(server, token)
     local key = queued[token]
     if not key then return nil end
-    queued[token] = nil
-    return server:eval("give_up", 4, key, notify.waiters_key(key), notify.data_key(key),
-        notify.handoff_key(key, token), token)
+    forget(token)
+    return server:eval("give_up", 5, key, notify.waiters_key(key), notify.data_key(key),
+        notify.handoff_key(key, token), notify.wake_key(key), token)
 end
 
 function _M.strategy.acquire(client, keys, token, ttl, waiting, _, unfenced, rep)
     local server = client.servers[1]
+    local undecided = server.ops == detect
+    if undecided then
+        local ok, err, code = detect.settle(server, "a group lock")
+        if not ok then return server:noted(nil, err, code) end
+    end
     local list, ttl_s = steps(keys, server.slot_fences), ms_string(ttl)
     local fences, least = {}, nil
     for j, step in ipairs(list) do
         local acked, fsynced, r = take(server, step, token, ttl_s, unfenced, rep)
+        if undecided then
+            undecided = false
+            detect.settled(server, acked ~= nil, fsynced, r)
+        end
         local fail, err, code
         if acked == nil then
             fail, err, code = true, fsynced, r
@@ -240,7 +278,7 @@ function _M.strategy.acquire(client, keys, token, ttl, waiting, _, unfenced, rep
                 local w = server:eval("group_wait", 4, key, notify.waiters_key(key), notify.data_key(key),
                     notify.handoff_key(key, token), token, waiting)
                 if type(w) == "table" and w[1] == 0 then
-                    queued[token] = key
+                    remember(token, key, tonumber(waiting) or 0)
                     if w[3] then server.refused_at = w[3] end
                 elseif type(w) == "table" and w[1] == 1 then
                     return false, 0, server:where() -- free now: at once again
@@ -277,11 +315,13 @@ end
 
 --- A waiting group blocks until the key that refused it is released (or
 -- ms pass): that key's queue wakes it (redlock.notify); nil when it never
--- joined one (the caller sleeps).
-function _M.strategy.wait(client, _, ms, since, token, final)
-    local key = queued[token]
+-- joined one (the caller sleeps). owner: the group's token (the fifth
+-- argument, the token of a waiter that may be handed a lock, is nil for a
+-- group that waits for replicas or inside nginx; a group is only woken).
+function _M.strategy.wait(client, _, ms, since, _, final, owner)
+    local key = owner and queued[owner]
     if not key then return nil end
-    local r = client.servers[1]:wait(key, ms, since, token, final)
+    local r = client.servers[1]:wait(key, ms, since, nil, final)
     -- (a group is only ever woken: a hand-off's element cannot be for it)
     if r == "handed" then return true end
     return r

@@ -258,9 +258,11 @@ end
 -- bounded by the server's timeout; the queue expires anyway). A lock handed
 -- to it meanwhile is its own: "handed", fence, since (as notify.wait), or
 -- "held" when the key holds its token but the hand-off's element was lost
--- (its fence unknown: the caller releases it); otherwise nothing.
+-- (its fence unknown: the caller releases it); otherwise nothing. Leaving
+-- from the front of the queue wakes the waiters behind (GIVE_UP).
 function _M.give_up(server, key, token)
-    local r = server:eval("give_up", 4, key, waiters_key(key), data_key(key), handoff_key(key, token), token)
+    local r = server:eval("give_up", 5, key, waiters_key(key), data_key(key), handoff_key(key, token),
+        wake_key(key), token)
     if r == "held" then return "held" end
     if type(r) == "string" then
         local fence, since = notify.handed(server, r)

@@ -22,6 +22,7 @@ local replicas = require "redlock.replicas"
 local single = require "redlock.single"
 local options = require "redlock.options"
 local detect = require "redlock.detect"
+local scripted = require "redlock.scripted"
 
 local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
 local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
@@ -94,6 +95,7 @@ local function release(server, name, key, token)
     local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
         fence_counter(key, server.slot_fences), token, handoff_prefix(key))
     if r == nil then return nil, err, code end
+    if r == 2 then return _M.misuse(key, 0, true, server) end -- (SEM_RELEASE: no semaphore there)
     return r == 1 or r == 3
 end
 
@@ -139,6 +141,11 @@ function _M.make(name, what, scripts, limit)
     end
     function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
         local server = client.servers[1]
+        local undecided = server.ops == detect
+        if undecided then
+            local ok, err, code = detect.settle(server, s.asked)
+            if not ok then return single.acquired(server, nil, err, code) end
+        end
         local fenced = unfenced and "0" or "1"
         local hkey, fkey = handoff_key(key, token), fence_counter(key, server.slot_fences)
         local ok, v, code
@@ -152,6 +159,7 @@ function _M.make(name, what, scripts, limit)
                 data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
             ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
         end
+        if undecided then detect.settled(server, ok ~= nil or code == "misuse", v, code) end
         if code == "misuse" then return nil, v, code end
         if ok == nil then v, code = _M.needs_scripts(server, s.asked, v, code) end
         return single.acquired(server, ok, v, code)
@@ -162,7 +170,8 @@ function _M.make(name, what, scripts, limit)
     end
     -- one extend script for locks, permits and readers (csrc/scripts.h EXTEND)
     s.extend = single.extend
-    s.give_up = single.give_up
+    -- (the kinds run scripts in every mode: their waiters leave by script)
+    function s.give_up(client, key, token) return scripted.give_up(client.servers[1], key, token) end
     s.wait = single.wait
     return s
 end

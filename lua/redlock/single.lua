@@ -9,13 +9,16 @@
 --                                     -> true[, acked] | false, where | nil, err, code
 --   (rep: the options of a lock that waits for replicas, redlock.replicas;
 --   acked: how many acknowledged its write)
---   wait(client, key, ms, since, token, final)
+--   wait(client, key, ms, since, token, final, owner)
 --                                     -> true (waited for a release, or ms;
 --                                       final: ms ends at the caller's
 --                                       deadline, and the wait not later)
 --                                     | "handed", fence, since (the release
 --                                       handed the lock to token's waiter)
 --                                     | nil (cannot: the caller sleeps)
+--                                     (token: the waiter's when it may be
+--                                       handed the lock, else nil; owner:
+--                                       the waiter's token, always)
 --                                     (optional: without it, acquire polls)
 --   give_up(client, key, token)      a waiter that wait() served gives up
 --                                     (with wait); "handed", fence, since
