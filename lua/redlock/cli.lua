@@ -163,9 +163,19 @@ local function fail(ctx, msg, word)
     return codes.of(msg, word, ctx.cfg.conflict_code)
 end
 
+-- --limit with several servers: bad usage (the library refuses a
+-- semaphore over Redlock, see docs/guarantees.md), for every command.
+local function limit_usable(client, cfg)
+    if cfg.limit and #client.servers >= 2 then
+        args_mod.usage("--limit over several servers (Redlock) is refused: N permits on each server do not"
+            .. " bound the holders to N")
+    end
+end
+
 local function acquire(ctx, once)
     local client, cfg = ctx.client, ctx.cfg
     local key, opts = cfg.keys or cfg.key, nil
+    limit_usable(client, cfg)
     if cfg.limit then opts = { limit = cfg.limit } elseif cfg.shared then opts = { shared = true } end
     if once then return client:try_acquire(key, opts) end
     return client:acquire(key, opts)
@@ -192,15 +202,19 @@ local function cmd_acquire(ctx)
 end
 
 -- release and extend by token: the strategy's own operations, so that
--- several servers are handled as the client handles them.
+-- several servers are handled as the client handles them (the kind's as
+-- acquire picks them: redlock.lua kind_opts).
 local function by_token(ctx, op)
     local client, cfg = ctx.client, ctx.cfg
     local key = cfg.keys or cfg.key
-    local strategy = client.strategy
+    local strategy, several = client.strategy, #client.servers >= 2
     if cfg.shared then
-        strategy = #client.servers >= 2 and shared.quorum or shared.strategy
-    elseif (cfg.keys or cfg.limit) and #client.servers == 1 then
-        strategy = cfg.keys and group.strategy or semaphore.strategy(cfg.limit)
+        strategy = several and shared.quorum or shared.strategy
+    elseif cfg.keys then
+        strategy = several and group.quorum or group.strategy
+    elseif cfg.limit then
+        limit_usable(client, cfg) -- (no semaphore is ever taken there)
+        strategy = semaphore.strategy(cfg.limit)
     end
     local ok, where, word
     if op == "release" then

@@ -192,7 +192,10 @@ end
 
 -- A group lock's renewal: one entry of the renewal thread per key (each
 -- renewed by the extend script), seen as one handle: it expires with its
--- first key, is lost when one key is, and stops with all.
+-- first key, is lost when one key is, and stops with all. Once one key is
+-- found lost (at the client's next call that asks: dispatch, lock:lost(),
+-- extend, release), the others stop being renewed: the group is lost, and
+-- its other keys would keep others out for nobody.
 local Group = {}
 Group.__index = Group
 function Group:expires()
@@ -203,7 +206,10 @@ end
 function Group:lost()
     for i = 1, #self do
         local why = self[i]:lost()
-        if why then return why end
+        if why then
+            self:stop()
+            return why
+        end
     end
 end
 function Group:state()
