@@ -168,6 +168,10 @@ local function kind_refusal(client, key, o)
     if o.limit and o.shared then return "cannot be shared too: readers have no limit" end
     if (o.limit or o.shared) and type(key) == "table" then return "of several keys: it takes one key" end
     if #client.servers >= 2 then
+        if o.limit == 1 then
+            return "over independent masters (Redlock) is refused: limit = 1 is a single lock, take it"
+                .. " without limit"
+        end
         if o.limit then
             return "over independent masters (Redlock) is refused: N permits on each server do not"
                 .. " bound the holders to N, as two majorities may overlap on different servers"

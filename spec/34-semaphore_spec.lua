@@ -165,13 +165,20 @@ describe("semaphore (limit = N)", function()
         _, err, code = auto:try_acquire("k", { limit = 2 })
         assert.equal("server", code)
         assert.matches("a permit needs the server's scripts, which it refuses", err, 1, true)
-        _, err, code = auto:try_acquire({ "a", "b" })
-        assert.equal("server", code)
-        assert.matches("a group lock needs the server's scripts", err, 1, true)
-        _, err, code = auto:try_acquire("k", { shared = true })
-        assert.equal("server", code)
-        assert.matches("a read lock needs the server's scripts", err, 1, true)
+        -- that settled the server's mode (legacy), as a single lock's first acquire does
+        assert.equal("legacy", auto.servers[1]:chosen_mode())
+        ok, err = pcall(auto.try_acquire, auto, { "a", "b" })
+        assert.is_false(ok)
+        assert.matches("a group lock (a list of keys) needs the server's scripts", err, 1, true)
         auto:close()
+        -- the same for a group or readers met first
+        for _, call in ipairs { { { "a", "b" }, nil, "a group lock" }, { "k", { shared = true }, "a read lock" } } do
+            auto = redlock.new { servers = { noscript:url() } }
+            _, err, code = auto:try_acquire(call[1], call[2])
+            assert.equal("server", code)
+            assert.matches(call[3] .. " needs the server's scripts", err, 1, true)
+            auto:close()
+        end
         noscript:stop()
     end)
 
@@ -183,5 +190,62 @@ describe("semaphore (limit = N)", function()
         assert.equal("timeout", code)
         assert(helper.eventually(5000, function() return data:command("DBSIZE") <= before end))
         assert.equal(before, data:command("DBSIZE"))
+    end)
+
+    it("never changes another application's sorted set: acquire, release and extend", function()
+        local key = helper.key("jobs:delayed")
+        local t = data:command("TIME")
+        local ms = tonumber(t[1]) * 1000
+        -- a delay queue: job -> due ms, most of them due already
+        for i = 1, 5 do data:command("ZADD", key, ms - i * 1000, "job" .. i) end
+        data:command("ZADD", key, ms + 60000, "later")
+        local _, err, code = client:try_acquire(key, { limit = 3 })
+        assert.equal("misuse", code, err)
+        local permit = require("redlock.semaphore").strategy(3)
+        local ok, _, c = permit.release(client, key, "job1")
+        assert.is_nil(ok)
+        assert.equal("misuse", c)
+        assert.is_false((permit.extend(client, key, "job1", 5000)))
+        assert.is_false((client.strategy.extend(client, key, "later", 5000)))
+        assert.equal(6, data:command("ZCARD", key))
+        assert.equal(-1, data:command("PTTL", key))
+        data:command("DEL", key)
+    end)
+
+    it("mode auto: a permit's waiter is notified, and one that timed out leaves the queue", function()
+        local notify = require "redlock.notify"
+        local redlock = require "redlock"
+        local key = helper.key("ghost")
+        local c = redlock.new { servers = { server:url() }, retry_delay = 10, retry_jitter = 0 }
+        local p = assert(c:acquire(key, { limit = 1, ttl = 60000 }))
+        assert.equal("script", c.servers[1]:chosen_mode())
+        local _, _, code = c:acquire(key, { limit = 1, ttl = 60000, wait = 300 })
+        assert.equal("timeout", code)
+        -- it left: the release hands its permit to nobody, a newcomer gets it
+        assert.equal(0, data:command("EXISTS", notify.waiters_key(key)))
+        assert(p:release())
+        local q = assert(c:try_acquire(key, { limit = 1 }))
+        assert(q:release())
+        c:close()
+    end)
+
+    it("a live waiter of another limit is misuse, also when no permit is held", function()
+        local notify = require "redlock.notify"
+        local key = helper.key("limits")
+        local p = assert(client:acquire(key, { limit = 1, ttl = 100 }))
+        -- a waiter of limit 1 queued (the script's waiting path, without blocking)
+        local token = core.token()
+        local ok = require("redlock.semaphore").strategy(1).acquire(client, key, token, 60000, "5000", true)
+        assert.is_false(ok)
+        -- the permit expires: no permit is held, the waiter still waits
+        assert(helper.eventually(5000, function() return data:command("EXISTS", key) == 0 end))
+        local _, err, code = client:try_acquire(key, { limit = 2 })
+        assert.equal("misuse", code, err)
+        assert.matches("limit 1", err, 1, true)
+        require("redlock.scripted").give_up(client.servers[1], key, token)
+        assert.equal(0, data:command("EXISTS", notify.waiters_key(key)))
+        local q = assert(client:try_acquire(key, { limit = 2 }))
+        assert(q:release())
+        p:release()
     end)
 end)

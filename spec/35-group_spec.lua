@@ -99,6 +99,57 @@ describe("group locks", function()
         data:command("DEL", a, b)
     end)
 
+    it("a waiting group with replicas = 1 is woken too (not polled), and leaves its queue", function()
+        local replica = helper.start_replica(server)
+        local a, b = helper.key("a"), helper.key("b")
+        local single = assert(client:acquire(b, { ttl = 60000 }))
+        -- (polling would sleep 10 s, longer than its wait: only a wake-up gets it)
+        local w = helper.spawn_in("env HOLD_GROUP_REPLICAS=1 ", "spec/workers/hold_group.lua", server:url(), 8000,
+            a, b)
+        assert(helper.eventually(10000, function()
+            return data:command("ZCARD", "{" .. b .. "}:waiters") == 1
+        end), "the group waits in the queue of " .. b)
+        assert.is_true(single:release())
+        local status, out = w:wait(20000)
+        assert.equal(0, status, out)
+        assert.matches("^held", out)
+        assert.equal(0, data:command("EXISTS", "{" .. b .. "}:waiters"))
+        data:command("DEL", a, b)
+        replica:stop()
+    end)
+
+    it("a waiter that gives up at the front wakes the readers queued behind it", function()
+        local notify = require "redlock.notify"
+        local k = helper.key("rw")
+        local r1 = assert(client:acquire(k, { shared = true, ttl = 60000 }))
+        -- a writer, then a reader, queued (the scripts' waiting path, without blocking)
+        local wtoken, rtoken = core.token(), core.token()
+        local ok = client.strategy.acquire(client, k, wtoken, 60000, "5000", true)
+        assert.is_false(ok)
+        ok = require("redlock.shared").strategy.acquire(client, k, rtoken, 60000, "5000", true)
+        assert.is_false(ok)
+        assert.equal(2, data:command("ZCARD", notify.waiters_key(k)))
+        assert.equal(0, data:command("EXISTS", notify.wake_key(k)))
+        -- the writer gives up: the reader behind it is woken at once
+        require("redlock.scripted").give_up(client.servers[1], k, wtoken)
+        assert.equal(1, data:command("EXISTS", notify.wake_key(k)))
+        assert.equal(1, data:command("ZCARD", notify.waiters_key(k)))
+        require("redlock.scripted").give_up(client.servers[1], k, rtoken)
+        assert(r1:release())
+        data:command("DEL", notify.wake_key(k))
+    end)
+
+    it("a group found lost stops renewing its other keys", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local g = assert(client:acquire({ a, b }, { ttl = 300, renew = true }))
+        data:command("DEL", b)
+        assert(helper.eventually(5000, function() return g:lost() end))
+        -- (a's renewal stopped: its key expires with its last ttl)
+        assert(helper.eventually(5000, function() return data:command("EXISTS", a) == 0 end),
+            "the group's other key is still renewed")
+        g:release()
+    end)
+
     it("renews every key in the background; a key taken away is reported lost", function()
         local a, b = helper.key("a"), helper.key("b")
         local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(g)
@@ -279,5 +330,31 @@ describe("group locks on a Cluster", function()
         assert.is_false(ok)
         assert.matches("Cluster member is not supported", err, 1, true)
         rl:close()
+    end)
+end)
+
+describe("a waiting group on any server with scripting (Redis 2.6.12+)", function()
+    local server, client, data
+    setup(function() server, client, data = helper.single_server({ retry_delay = 200, retry_jitter = 0 }) end)
+    teardown(function() helper.close_all(client, data) end)
+
+    -- (before Redis 3.2 no TIME in a writing script: it queued nowhere and
+    -- tried again at once, thousands of scripts a second)
+    it("waits in the key's queue, or polls at retry_delay: it never spins", function()
+        local a, b = helper.key("a"), helper.key("b")
+        local single = assert(client:acquire(b, { ttl = 60000 }))
+        local calls = function()
+            local info, n = data:command("INFO", "commandstats"), 0
+            for c in info:gmatch("cmdstat_eval%a*:calls=(%d+)") do n = n + tonumber(c) end
+            return n
+        end
+        local before = calls()
+        local g, _, code = client:acquire({ a, b }, { wait = 1000 })
+        assert.is_nil(g)
+        assert.equal("timeout", code)
+        local n = calls() - before
+        assert.is_true(n < 60, n .. " scripts in one waiting group's second")
+        assert.equal(0, data:command("EXISTS", a))
+        assert(single:release())
     end)
 end)

@@ -100,3 +100,38 @@ describe("redlock command: --limit and --key", function()
             assert.equal(64, (run("run", "--limit", "2", "--key", a, "--key", b, "--", "true")))
         end)
 end)
+
+describe("redlock command: --key and --limit over several servers (Redlock)", function()
+    local servers, urls = {}, {}
+    setup(function()
+        for i = 1, 3 do
+            servers[i] = helper.start_server()
+            urls[#urls + 1] = "--server"
+            urls[#urls + 1] = servers[i]:url()
+        end
+    end)
+    teardown(function() helper.stop_all() end)
+
+    local function run(command, ...)
+        local args = { command }
+        for _, u in ipairs(urls) do args[#args + 1] = u end
+        for _, a in ipairs({ ... }) do args[#args + 1] = a end
+        return helper.spawn("bin/redlock", (table.unpack or unpack)(args)):wait(60000)
+    end
+
+    it("a group's extend and release by token use the group's quorum; --limit is bad usage", function()
+        local a, b = helper.key("ga"), helper.key("gb")
+        local status, out = run("try", "--ttl", "30000", "--key", a, "--key", b)
+        assert.equal(0, status, out)
+        local token = out:match("%x+")
+        status, out = run("extend", "--key", a, "--key", b, token)
+        assert.equal(0, status, out)
+        status, out = run("release", "--key", a, "--key", b, token)
+        assert.equal(0, status, out)
+        for i = 1, 3 do assert.equal("0", (servers[i]:cli("EXISTS", a, b):gsub("%s", ""))) end
+        status, out = run("release", "--key", a, "--key", b, token)
+        assert.equal(1, status, out)
+        assert.equal(64, (run("release", "--limit", "2", a, token)))
+        assert.equal(64, (run("acquire", "--limit", "2", a)))
+    end)
+end)
