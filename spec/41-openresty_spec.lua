@@ -113,6 +113,7 @@ describe("OpenResty (nginx + Lua module)", function()
             -- (curl starts the others when the first has ended)
             local paths = { "/nosuch?i=1", "/hold?ms=300&key=" .. helper.key("slow") }
             for i = 3, 6 do paths[i] = "/nosuch?i=" .. i end
+            ngx_server:expect_error('request: "GET /nosuch?i=') -- nginx logs each 404
             local codes, bodies = ngx_server:parallel(paths, 6)
             assert.same({ "404", "200", "404", "404", "404", "404" }, codes)
             assert.equal("released\n", bodies[2])
