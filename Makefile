@@ -24,7 +24,7 @@ CORE        := $(BUILD)/redlock/core.so
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
-	$(BUILD)/tests/switch_proxy
+	$(BUILD)/tests/topo_test $(BUILD)/tests/switch_proxy
 
 $(CORE): $(SRCS) $(HDRS) Makefile
 	@mkdir -p $(dir $@)
@@ -39,6 +39,13 @@ $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
 $(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/resp.c csrc/resp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ spec/c/encode_bound.c csrc/resp.c $(LDFLAGS)
+
+# A C program for spec/01: the topology core fed replies, no sockets.
+LUA_LIBS    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_PC))
+TOPO_SRCS   := csrc/topo.c csrc/slot.c
+$(BUILD)/tests/topo_test: spec/c/topo_test.c $(TOPO_SRCS) csrc/topo.h csrc/slot.h csrc/defaults.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(LUA_CFLAGS) -Icsrc -o $@ spec/c/topo_test.c $(TOPO_SRCS) $(HIREDIS_LIBS) $(LUA_LIBS) $(LDFLAGS)
 
 # A C program for spec/22: a proxy that moves its clients to another
 # server, their connections kept.
@@ -100,9 +107,9 @@ fuzz-build: $(BUILD)/fuzz/reply_fuzz $(BUILD)/fuzz/url_fuzz
 $(BUILD)/fuzz/reply_fuzz: fuzz/reply_fuzz.c csrc/reply.c csrc/reply.h csrc/compat.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -o $@ fuzz/reply_fuzz.c csrc/reply.c $(LUA_LIB) $(HIREDIS_LIBS)
-$(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h
+$(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h csrc/defaults.c csrc/defaults.h
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c $(LUA_LIB)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c csrc/defaults.c $(LUA_LIB)
 fuzz: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh $(FUZZ_SECONDS)
 test-fuzz-smoke: deps fuzz-build

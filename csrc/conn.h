@@ -12,6 +12,19 @@
 #define REDLOCK_CONN_MT "redlock.conn"
 #define REDLOCK_CONN_ERRLEN 512
 
+struct redlock_conn;
+
+/* What a conn whose address comes from elsewhere (Sentinel) adds to its
+ * connection: csrc/conn_io.c calls these, csrc/sentinel.c defines them
+ * (redlock_sentinel_hooks), so that the connection layer never calls a
+ * topology's file. */
+typedef struct redlock_conn_hooks {
+    int (*connect)(struct redlock_conn *u);     /* instead of a direct connect */
+    void (*recheck)(struct redlock_conn *u);    /* before a live socket is used */
+    int (*sub_fd)(const struct redlock_conn *u); /* a socket a blocking wait watches too, or -1 */
+    int (*moved)(struct redlock_conn *u);       /* that socket says the master moved */
+} redlock_conn_hooks;
+
 /* The conn userdata. Shared with fanout.c, which drives several of them at
  * once; everything else goes through the methods. */
 typedef struct redlock_conn {
@@ -28,6 +41,7 @@ typedef struct redlock_conn {
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
     redlock_sentinels *sentinels;   /* NULL: host and port are fixed */
+    const redlock_conn_hooks *hooks; /* the Sentinel's, or NULL */
     redlock_cluster *cluster;       /* non-NULL: a Cluster; ctx stays NULL, nodes own theirs */
     /* Told of each new socket of this conn as soon as it exists, before
      * the TLS handshake, AUTH and SELECT (conn.c and the fan-out): the
@@ -68,13 +82,29 @@ void redlock_conn_free(redlock_conn *c);
 int redlock_conn_ensure(redlock_conn *c); /* connects unless connected */
 int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
                             redisReply **out, int *stale);
-/* The command and WAIT (w) in one write, both replies read: *out is the
- * command's reply, *wout WAIT's (error replies included; the caller frees
- * both). On failure (not 0) *out may still be set: the command answered
- * and WAIT's reply did not come. */
-int redlock_conn_round_trip_wait(redlock_conn *c, int argc, const char **argv,
-                                 const size_t *argvlen, const redlock_wait *w, redisReply **out,
-                                 redisReply **wout, int *stale);
+/* One command (and WAIT w after it in the same write, unless NULL) as the
+ * topology core says (csrc/topo.h): NOSCRIPT answered with EVAL, a Sentinel
+ * master turned replica left for the new one, a Cluster's redirections
+ * followed. *r1: the command's reply, *r2: WAIT's (error replies included;
+ * the caller frees both). On failure (not 0) *r1 may still be set: the
+ * command answered and WAIT's reply did not come. *stale: as conn:command's. */
+int redlock_conn_exchange(redlock_conn *c, redlock_cmd *cmd, const redlock_wait *w,
+                          redisReply **r1, redisReply **r2, int *stale);
+/* One round trip of cmd (and w) on a plain or Sentinel conn, no rule: for
+ * the drivers of the topology core (csrc/cluster.c). */
+int redlock_conn_trip(redlock_conn *c, redlock_cmd *cmd, const redlock_wait *w, redisReply **r1,
+                      redisReply **r2, int *stale);
+
+/* The same for one connection without its topology (csrc/conn_io.c), for
+ * the topology drivers' own connections (a Cluster's nodes, the sentinels):
+ * a copy of the settings, its free, a connect unless connected, and one
+ * round trip. */
+redlock_conn *redlock_conn_clone_io(const redlock_conn *src); /* NULL: out of memory */
+void redlock_conn_free_io(redlock_conn *c);
+int redlock_conn_ensure_io(redlock_conn *c);
+int redlock_conn_trip1(redlock_conn *c, int argc, const char **argv, const size_t *argvlen,
+                       redisReply **out, int *stale);
+void redlock_conn_set_timeouts_io(redlock_conn *c, int connect_ms, int reply_ms);
 
 /* Connects to host/port (or path) as they are now, with the handshake, AUTH
  * and SELECT: what a connect is without Sentinel (csrc/sentinel.c). */

@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "compat.h"
+#include "defaults.h"
 #include "conn.h"
 #include "fanout.h"
 #include "proc.h"
@@ -16,6 +18,7 @@
 #include "reply.h"
 #include "scripts.h"
 #include "token.h"
+#include "topo_lua.h"
 
 /* token() -> 32 lowercase hex chars of 128 random bits from the OS */
 static int core_token(lua_State *L) {
@@ -41,36 +44,24 @@ static int core_random_bytes(lua_State *L) {
     return 1;
 }
 
-static double clock_ms(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* now() -> ms on the monotonic clock (for elapsed times and validity) */
 static int core_now(lua_State *L) {
-    lua_pushnumber(L, clock_ms(CLOCK_MONOTONIC));
+    lua_pushnumber(L, redlock_mono_ms());
     return 1;
 }
 
 /* time() -> ms since the Unix epoch (legacy mode's stored expiries) */
 static int core_time(lua_State *L) {
-    lua_pushnumber(L, clock_ms(CLOCK_REALTIME));
+    lua_pushnumber(L, redlock_wall_ms());
     return 1;
 }
 
 /* sleep(ms): sleeps the whole time even when signals interrupt it */
 static int core_sleep(lua_State *L) {
     lua_Number ms = luaL_checknumber(L, 1);
-    struct timespec req, rem;
-    if (!(ms > 0))
-        return 0;
     if (ms > 86400000)
         ms = 86400000;
-    req.tv_sec = (time_t)(ms / 1000);
-    req.tv_nsec = (long)((ms - (lua_Number)req.tv_sec * 1000) * 1e6);
-    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
-        req = rem;
+    redlock_pause_ms(ms);
     return 0;
 }
 
@@ -124,8 +115,11 @@ int luaopen_redlock_core(lua_State *L) {
     redlock_renew_open(L);
     redlock_proc_open(L);
     redlock_slot_open(L);
+    redlock_topo_open(L);
     redlock_pushnull(L);
     lua_setfield(L, -2, "null");
+    redlock_defaults_push(L);
+    lua_setfield(L, -2, "defaults");
     push_scripts(L);
     lua_setfield(L, -2, "scripts");
     return 1;

@@ -1,5 +1,6 @@
 /* Fan-out: one command to several connections at once (Redlock's parallel
- * requests). Mechanism only; which servers to ask and what the replies mean
+ * requests); this file is the engine, fanout_lua.c the Lua functions.
+ * Mechanism only; which servers to ask and what the replies mean
  * is policy, in lua/redlock/quorum.lua.
  *
  * fanout(conns, timeout_ms, arg, ...)              -> values, errs, codes, flags
@@ -19,11 +20,14 @@
  *
  * For conns[i]: values[i] is the reply (as conn:command gives it), or
  * errs[i] and codes[i] ("connection", "server", "closed") say why not;
- * flags[i] is "timeout" when no answer came in time, "stale" when a
- * connection made before this call turned out closed by the server (a retry
- * on a fresh connection is sensible, as conn:command's `stale`), else nil.
- * fanout_eval runs a named script of scripts.h by EVALSHA; a server that
- * answers NOSCRIPT gets one EVAL in the same call, within the same time.
+ * flags[i] is "timeout" when no answer came in time, else nil.
+ * What a reply or a failure means is the topology core's (csrc/topo.h),
+ * followed within the call: a connection made before this call that the
+ * server had closed is sent again once on a new one; a Cluster node's
+ * redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or failure, and a Sentinel
+ * master turned replica, are sent again where and when the core says, within
+ * the server's time; fanout_eval runs a named script of scripts.h by
+ * EVALSHA, and a server that answers NOSCRIPT gets one EVAL.
  *
  * fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name, nkeys, ...)
  *   -> values, errs, codes, flags, acks, fsyncs
@@ -34,7 +38,7 @@
  * count), or a message (a string) when WAIT's answer is an error or did
  * not come (the connection failed or timed out after the script's). */
 #define _GNU_SOURCE
-#include "fanout.h"
+#include "fanout_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +53,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "proto.h"
 #include "resp.h"
@@ -57,58 +62,27 @@
 #include "token.h"
 #include "wait.h"
 
-#define MAX_CONNS 64
-#define READ_CHUNK 16384
-
-enum { S_DONE, S_CONNECTING, S_HANDSHAKE, S_WRITING, S_READING };
-enum { RC_OK, RC_CONNECTION, RC_SERVER, RC_CLOSED };
-enum { F_NONE, F_TIMEOUT, F_STALE };
-
 static const char *const code_words[] = {"", "connection", "server", "closed"};
-static const char *const flag_words[] = {NULL, "timeout", "stale"};
 
-typedef struct {
-    redlock_conn *u;
-    redlock_conn *owner; /* the Cluster conn u is a node of, or NULL */
-    int state, rc, flag;
-    int reused;    /* the connection was open before this call */
-    int got_bytes; /* something was read from it in this call */
-    int setup;     /* AUTH/SELECT replies still due before ours */
-    int auth_due;  /* the next of them is AUTH's */
-    int evaled;    /* NOSCRIPT was answered with EVAL */
-    int skip;      /* WAIT's reply to a NOSCRIPT'd EVALSHA is still due */
-    int asking;    /* a Cluster node named by ASK: ASKING goes first */
-    int want;      /* S_HANDSHAKE: POLLIN or POLLOUT */
-    int limit_ms;  /* its time to answer, from the start of the call */
-    redisReply *reply;
-    redisReply *wreply; /* WAIT's, when the batch waits */
-} slot;
-
-typedef struct {
-    int n, timeout_ms;
-    slot *slots;
-    const char *cmd, *alt; /* EVALSHA (or the command), and EVAL */
-    long cmdlen, altlen;
-    /* for the EVAL form, made on the first NOSCRIPT only (it carries the
-     * whole script): the script and the arguments, prefix slots included */
-    const redlock_script *script;
-    const char **argv;
-    size_t *argvlen;
-    int argc;
-    /* WAIT after the script (fanout_eval_wait): wlen > 0 */
-    char wbuf[REDLOCK_WAIT_BUF];
-    long wlen;
-    int wait_ms;
-} batch;
+/* argv[0..1]: EVALSHA of script (the topology core's form of a script command). */
+void redlock_fanout_evalsha(const redlock_script *script, int argc, const char **argv, size_t *argvlen) {
+    redlock_cmd cmd;
+    cmd.argc = argc;
+    cmd.argv = argv;
+    cmd.argvlen = argvlen;
+    redlock_cmd_evalsha(&cmd, script->sha, script->source);
+}
 
 /* The EVAL form of the batch's script (see batch); 0, or -1 when out of
  * memory. */
 static int encode_eval(batch *b) {
     char *alt = NULL;
-    b->argv[0] = "EVAL";
-    b->argvlen[0] = 4;
-    b->argv[1] = b->script->source;
-    b->argvlen[1] = strlen(b->script->source);
+    redlock_cmd cmd;
+    cmd.argc = b->argc;
+    cmd.argv = b->argv;
+    cmd.argvlen = b->argvlen;
+    cmd.source = b->script->source;
+    redlock_cmd_use_eval(&cmd); /* (the topology core's EVAL form) */
     b->altlen = redlock_encode(NULL, 0, b->argc, b->argv, b->argvlen, &alt);
     if (b->altlen < 0)
         return -1;
@@ -116,14 +90,43 @@ static int encode_eval(batch *b) {
     return 0;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+/* Sends s again at `at` (the run loop restarts it): the reply so far is
+ * dropped, and so is the connection when a reply is still due on it. */
+static void resend_at(slot *s, double at, int drop) {
+    if (s->reply != NULL)
+        freeReplyObject(s->reply);
+    s->reply = NULL;
+    if (drop)
+        redlock_conn_drop(s->u);
+    s->state = S_PAUSED;
+    s->resume_at = at;
+}
+
+/* Carries out a verdict of the topology core other than GO, DONE and
+ * EVAL: send again (now, after a pause, or after the state is reloaded:
+ * the restart asks the core where), or give up with its message. */
+static void follow(slot *s, int v, int drop) {
+    double t = redlock_mono_ms();
+    if (v == REDLOCK_RESEND || v == REDLOCK_RELOAD) {
+        resend_at(s, t, drop);
+    } else if (v == REDLOCK_PAUSE) {
+        resend_at(s, t + s->att.wait_ms, drop);
+    } else {
+        s->rc = s->att.code == 2 ? RC_SERVER : RC_CONNECTION;
+        s->flag = F_NONE;
+        s->state = S_DONE;
+        snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->att.err);
+        if (s->owner != NULL)
+            memcpy(s->owner->err, s->u->err, REDLOCK_CONN_ERRLEN);
+        if (drop)
+            redlock_conn_drop(s->u);
+    }
 }
 
 /* Ends a slot with a failure; the message goes to the conn's err buffer,
- * as for conn:command. A connection failure closes the socket. */
+ * as for conn:command. A connection failure closes the socket; one the
+ * server had closed while idle, or a Cluster node that may be gone, is
+ * sent again as the topology core says (csrc/topo.h). */
 static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
     int len;
     va_list ap;
@@ -133,13 +136,16 @@ static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
         /* clang 14's analyzer does not see va_start on this path */
         vsnprintf(s->u->err + len, (size_t)(REDLOCK_CONN_ERRLEN - len), fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized) */
     va_end(ap);
-    if (s->owner != NULL && rc == RC_CONNECTION) {
-        /* a Cluster node that failed may be gone (a failover): the map is
-         * reloaded on the next use, and a connect that failed sent nothing,
-         * so the caller's one retry may go to the new owner now */
-        s->owner->cluster->loaded = 0;
-        if (flag == F_NONE && s->state == S_CONNECTING)
-            flag = F_STALE;
+    if (rc == RC_CONNECTION && flag != F_TIMEOUT && s->reply == NULL) {
+        /* (a connect that failed sent nothing: as stale, once) */
+        int stale = flag == F_STALE || s->state == S_CONNECTING;
+        int v = s->owner != NULL ? redlock_map_io_failed(s->owner->cluster->map, &s->att, stale,
+                                                         s->u->err, redlock_mono_ms())
+                                 : redlock_stale_verdict(&s->att, stale, s->u->err);
+        if (v != REDLOCK_FAIL) {
+            follow(s, v, 1);
+            return;
+        }
     }
     s->rc = rc;
     s->flag = flag;
@@ -275,10 +281,6 @@ static void do_write(slot *s) {
              strerror(errno));
 }
 
-static int is_noscript(const redisReply *r) {
-    return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /* ASKING, as RESP: sent before a command that follows an ASK redirection. */
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 
@@ -288,6 +290,7 @@ static void take_replies(batch *b, slot *s) {
     while (s->state == S_READING) {
         void *p = NULL;
         redisReply *r;
+        int v;
         if (redisReaderGetReply(c->reader, &p) != REDIS_OK) {
             fail(s, RC_CONNECTION, F_NONE, "protocol error (%s)", c->reader->errstr);
             return;
@@ -315,9 +318,16 @@ static void take_replies(batch *b, slot *s) {
             freeReplyObject(r);
             continue;
         }
-        if (b->script != NULL && !s->evaled && is_noscript(r)) {
+        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR)
+            v = s->owner != NULL
+                    ? redlock_map_reply(s->owner->cluster->map, &s->att, b->script != NULL, r->str,
+                                        r->len, redlock_mono_ms())
+                    : redlock_server_reply(&s->att, s->u->name, b->script != NULL,
+                                           s->u->sentinels != NULL, r->str, r->len);
+        else
+            v = REDLOCK_DONE;
+        if (v == REDLOCK_EVAL && b->script != NULL) { /* (EVAL answers a script only) */
             freeReplyObject(r);
-            s->evaled = 1;
             s->skip = b->wlen > 0;
             if (s->asking) { /* the EVAL goes to an ASK's node too */
                 if (redisAppendFormattedCommand(c, ASKING, sizeof ASKING - 1) != REDIS_OK) {
@@ -337,25 +347,15 @@ static void take_replies(batch *b, slot *s) {
             do_write(s);
             return;
         }
-        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->owner != NULL &&
-            redlock_cluster_redirected(s->owner, r->str, r->len)) {
-            /* refused, nothing written: the map is reloaded on the retry */
-            snprintf(s->u->err, REDLOCK_CONN_ERRLEN, "%s", s->owner->err);
+        if (v != REDLOCK_DONE) {
+            /* refused, nothing written: sent again as the core says (WAIT's
+             * reply, still on its way, goes with the connection; a master
+             * turned replica's too: the sentinels are asked again) */
+            int demoted = s->owner == NULL;
             freeReplyObject(r);
-            if (b->wlen > 0)
-                redlock_conn_drop(s->u); /* WAIT's reply is still on its way */
-            s->rc = RC_CONNECTION;
-            s->flag = F_STALE;
-            s->state = S_DONE;
-            return;
-        }
-        if (s->reply == NULL && r->type == REDIS_REPLY_ERROR && s->u->sentinels != NULL &&
-            redlock_sentinel_demoted(s->u, r->str, r->len)) {
-            /* nothing written: as a stale connection, the caller may retry */
-            freeReplyObject(r);
-            s->rc = RC_CONNECTION;
-            s->flag = F_STALE;
-            s->state = S_DONE;
+            if (demoted)
+                s->u->sentinels->checked_ms = 0;
+            follow(s, v, b->wlen > 0 || demoted);
             return;
         }
         if (s->reply == NULL) {
@@ -429,16 +429,16 @@ static void start(batch *b, slot *s) {
         return;
     }
     if (!u->closed && u->cluster != NULL) {
-        /* a Cluster: the node that serves the key, from the slot map */
-        int rc = 0;
-        redlock_conn *node = redlock_cluster_route(u, b->argc, b->argv, b->argvlen, &rc, &s->asking);
-        if (node == NULL) {
-            s->rc = rc == 2 ? RC_SERVER : RC_CONNECTION;
-            s->flag = F_NONE;
-            s->state = S_DONE;
+        /* a Cluster: the node the topology core names (the map loaded
+         * first if need be, blocking: once per change of the map) */
+        redlock_conn *node = NULL;
+        int v = redlock_cluster_target(u, &s->att, &node);
+        s->owner = u;
+        if (v != REDLOCK_GO) {
+            follow(s, v, 0);
             return;
         }
-        s->owner = u;
+        s->asking = s->att.asking;
         s->u = u = node;
     }
     if (u->closed) {
@@ -504,29 +504,80 @@ static void time_out(slot *s) {
 
 static int is_tls(const slot *s) { return s->u != NULL && s->u->tls != NULL; }
 
-static void run(batch *b, struct pollfd *pfds, int *which) {
-    double t0 = now_ms();
+/* A connection made now needs one more round trip (the TCP handshake, with
+ * AUTH and SELECT queued ahead of the command), and one more for TLS's (TLS
+ * 1.3; the servers' handshakes run side by side, each within its own
+ * limit). WAIT answers after wait_ms, plus up to a tick of the server's
+ * timer (hz 10: 100 ms). */
+static int limit_of(const batch *b, const slot *s) {
+    return (s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms) +
+           (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
+}
+
+/* A slot sent again (a verdict of the topology core): from the caller's
+ * conn, as new, with the time it needs from now. */
+static void restart(batch *b, slot *s, double t0, double t) {
+    s->u = s->owner != NULL ? s->owner : s->given;
+    s->reply = s->wreply = NULL;
+    s->reused = s->got_bytes = s->setup = s->auth_due = s->skip = s->asking = 0;
+    s->flag = F_NONE;
+    start(b, s);
+    if (s->state != S_DONE && s->state != S_PAUSED)
+        s->limit_ms = (int)(t - t0) + limit_of(b, s);
+}
+
+/* Sentinel-managed conns not connected: the sentinels asked and the master
+ * connected (and its TLS handshake made) one server at a time, blocking,
+ * before the servers' time limits start: a sentinel that hangs costs its
+ * own short timeout (csrc/defaults.h), not a voter's limit. */
+static void locate_masters(batch *b) {
     int i;
     for (i = 0; i < b->n; i++) {
+        redlock_conn *u = b->slots[i].u;
+        if (u == NULL || u->closed || u->sentinels == NULL)
+            continue;
+        redlock_conn_before_use(u); /* may drop it: a fork, a master that moved */
+        if (u->ctx == NULL)
+            (void)redlock_conn_ensure(u); /* (a failure: start() says so) */
+    }
+}
+
+void redlock_fanout_run(batch *b, struct pollfd *pfds, int *which) {
+    double t0;
+    int i;
+    locate_masters(b);
+    t0 = redlock_mono_ms();
+    for (i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
+        s->given = s->u;
+        redlock_attempt_start(&s->att, redlock_command_slot(b->argc, b->argv, b->argvlen), t0,
+                              b->timeout_ms);
         start(b, s);
-        /* A connection made now needs one more round trip (the TCP
-         * handshake, with AUTH and SELECT queued ahead of the command), and
-         * one more for TLS's (TLS 1.3; the servers' handshakes run side by
-         * side, each within its own limit). WAIT answers after wait_ms,
-         * plus up to a tick of the server's timer (hz 10: 100 ms). */
-        s->limit_ms = (s->reused ? b->timeout_ms : (is_tls(s) ? 3 : 2) * b->timeout_ms) +
-                      (b->wait_ms > 0 ? b->wait_ms + 100 : 0);
+        s->limit_ms = limit_of(b, s);
+        s->att.deadline = t0 + s->limit_ms;
     }
     for (;;) {
         int k = 0, r, j;
-        double t = now_ms(), left = -1;
+        double t = redlock_mono_ms(), left = -1;
         for (i = 0; i < b->n; i++) {
             slot *s = &b->slots[i];
             double mine;
+            if (s->state == S_PAUSED && t >= s->resume_at)
+                restart(b, s, t0, t);
             if (s->state == S_DONE)
                 continue;
             mine = t0 + s->limit_ms - t;
+            if (s->state == S_PAUSED) {
+                if (mine <= 0) {
+                    s->att.code = s->att.code ? s->att.code : 1;
+                    follow(s, REDLOCK_FAIL, 0);
+                    continue;
+                }
+                mine = s->resume_at - t;
+                if (left < 0 || mine < left)
+                    left = mine;
+                continue;
+            }
             if (mine <= 0) {
                 time_out(s);
                 continue;
@@ -540,7 +591,7 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
             pfds[k].revents = 0;
             which[k++] = i;
         }
-        if (k == 0)
+        if (k == 0 && left < 0)
             break;
         r = poll(pfds, (nfds_t)k, (int)left + 1);
         if (r < 0) {
@@ -567,184 +618,6 @@ static void run(batch *b, struct pollfd *pfds, int *which) {
     }
 }
 
-/* acks[i] and fsyncs[i] (the tables at -2 and -1) of a waiting batch's
- * slot whose script answered (see fanout_eval_wait). */
-static void push_ack(lua_State *L, const slot *s, int i) {
-    long long acked, fsynced;
-    const redisReply *w = s->wreply;
-    if (s->rc != RC_OK) {
-        lua_pushstring(L, s->u->err);
-    } else if (w->type == REDIS_REPLY_ERROR) {
-        lua_pushfstring(L, "server: %s: ", s->u->name);
-        lua_pushlstring(L, w->str, w->len > 200 ? 200 : w->len);
-        lua_concat(L, 2);
-    } else if (redlock_wait_parse(w, &acked, &fsynced) != 0) {
-        lua_pushfstring(L, "server: %s: unexpected reply to WAIT", s->u->name);
-    } else {
-        lua_pushinteger(L, (lua_Integer)acked);
-        lua_rawseti(L, -3, i + 1);
-        lua_pushinteger(L, (lua_Integer)fsynced);
-        lua_rawseti(L, -2, i + 1);
-        return;
-    }
-    lua_rawseti(L, -3, i + 1);
-}
-
-/* Runs protected: builds the four result tables from the slots (six for a
- * waiting batch). */
-static int push_results(lua_State *L) {
-    batch *b = (batch *)lua_touserdata(L, 1);
-    int i, w = b->wlen > 0 ? 2 : 0;
-    lua_createtable(L, b->n, 0);
-    lua_createtable(L, b->n, 0);
-    lua_createtable(L, b->n, 0);
-    lua_createtable(L, b->n, 0);
-    if (w) {
-        lua_createtable(L, b->n, 0);
-        lua_createtable(L, b->n, 0);
-    }
-    for (i = 0; i < b->n; i++) {
-        slot *s = &b->slots[i];
-        redisReply *r = s->reply;
-        if (w && r != NULL && r->type != REDIS_REPLY_ERROR) {
-            /* the script answered: WAIT's part goes to acks */
-            redlock_push_reply(L, r);
-            lua_rawseti(L, -7, i + 1);
-            push_ack(L, s, i);
-            continue;
-        }
-        if (s->rc == RC_OK && r != NULL && r->type != REDIS_REPLY_ERROR) {
-            redlock_push_reply(L, r);
-            lua_rawseti(L, -5 - w, i + 1);
-            continue;
-        }
-        /* (a script's error whose WAIT reply did not come: the connection's
-         * failure is the news) */
-        if (s->rc == RC_OK && r != NULL) {
-            lua_pushfstring(L, "server: %s: ", s->u->name);
-            lua_pushlstring(L, r->str, r->len > 200 ? 200 : r->len);
-            lua_concat(L, 2);
-            lua_rawseti(L, -4 - w, i + 1);
-            lua_pushstring(L, code_words[RC_SERVER]);
-        } else {
-            lua_pushstring(L, s->u->err);
-            lua_rawseti(L, -4 - w, i + 1);
-            lua_pushstring(L, code_words[s->rc]);
-        }
-        lua_rawseti(L, -3 - w, i + 1);
-        if (s->flag != F_NONE) {
-            lua_pushstring(L, flag_words[s->flag]);
-            lua_rawseti(L, -2 - w, i + 1);
-        }
-    }
-    return 4 + w;
-}
-
-static void free_batch(batch *b, const char **argv, size_t *argvlen) {
-    int i;
-    if (b->slots != NULL)
-        for (i = 0; i < b->n; i++) {
-            if (b->slots[i].reply != NULL)
-                freeReplyObject(b->slots[i].reply);
-            if (b->slots[i].wreply != NULL)
-                freeReplyObject(b->slots[i].wreply);
-        }
-    free(b->slots);
-    free((void *)b->cmd);
-    free((void *)b->alt);
-    free((void *)argv);
-    free(argvlen);
-}
-
-/* Checks conns (arg 1) and timeout (arg 2); returns the count. */
-static int check_conns(lua_State *L, redlock_conn **conns) {
-    int n, i, j;
-    lua_Integer ms;
-    luaL_checktype(L, 1, LUA_TTABLE);
-    n = (int)lua_rawlen(L, 1);
-    luaL_argcheck(L, n >= 1 && n <= MAX_CONNS, 1, "1 to 64 conns expected");
-    for (i = 0; i < n; i++) {
-        lua_rawgeti(L, 1, i + 1);
-        conns[i] = redlock_conn_test(L, -1);
-        lua_pop(L, 1); /* the table keeps the userdata alive */
-        if (conns[i] == NULL)
-            return luaL_argerror(L, 1, lua_pushfstring(L, "conn expected at index %d", i + 1));
-        for (j = 0; j < i; j++)
-            if (conns[j] == conns[i])
-                return luaL_argerror(L, 1, lua_pushfstring(L, "conn at index %d twice", i + 1));
-    }
-    ms = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, ms >= 1 && ms <= 86400000, 2, "out of range (1 to 86400000 ms)");
-    return n;
-}
-
-/* name: the stack index of the script's name (nkeys follows), 0 for a
- * plain command (from index 3); w: WAIT after the script, or NULL. */
-static int fanout_common(lua_State *L, const redlock_script *script, int name,
-                         const redlock_wait *w) {
-    redlock_conn *conns[MAX_CONNS] = {NULL}; /* set by check_conns; zeroed for the analyzer */
-    struct pollfd pfds[MAX_CONNS];
-    int which[MAX_CONNS];
-    int n = check_conns(L, conns), first, argc, prefix, status, i, nres = w != NULL ? 6 : 4;
-    const char **argv = NULL;
-    size_t *argvlen = NULL;
-    char *cmd = NULL;
-    batch b;
-    if (n < 1)
-        return 0; /* not reached: check_conns raised (for the analyzer) */
-    memset(&b, 0, sizeof b);
-    b.n = n;
-    b.timeout_ms = (int)lua_tointeger(L, 2);
-    if (w != NULL) {
-        b.wlen = redlock_wait_encode(w, b.wbuf, sizeof b.wbuf);
-        b.wait_ms = w->timeout_ms;
-        if (b.wlen < 0)
-            return luaL_error(L, "out of memory");
-    }
-    if (script != NULL) {
-        lua_Integer nkeys = luaL_checkinteger(L, name + 1);
-        int top = lua_gettop(L);
-        if (nkeys < 0 || nkeys > top - (name + 1))
-            return luaL_argerror(L, name + 1, "numkeys out of range");
-        first = name + 1; /* numkeys, keys and args */
-        prefix = 2;
-    } else {
-        first = 3;
-        prefix = 0;
-    }
-    argc = redlock_check_argv(L, first, lua_gettop(L));
-    /* Everything that may raise comes before the C memory. */
-    lua_pushcfunction(L, push_results);
-    if (redlock_argv_alloc(L, first, argc, prefix, &argv, &argvlen) != 0)
-        return luaL_error(L, "out of memory");
-    b.slots = (slot *)calloc((size_t)n, sizeof(slot));
-    if (script != NULL) {
-        argv[0] = "EVALSHA";
-        argvlen[0] = 7;
-        argv[1] = script->sha;
-        argvlen[1] = 40;
-    }
-    b.cmdlen = redlock_encode(NULL, 0, argc + prefix, argv, argvlen, &cmd);
-    b.cmd = b.cmdlen < 0 ? NULL : cmd;
-    b.script = script;
-    b.argv = argv;
-    b.argvlen = argvlen;
-    b.argc = argc + prefix;
-    if (b.slots == NULL || b.cmd == NULL) {
-        free_batch(&b, argv, argvlen);
-        return luaL_error(L, "out of memory");
-    }
-    for (i = 0; i < n; i++)
-        b.slots[i].u = conns[i];
-    run(&b, pfds, which);
-    lua_pushlightuserdata(L, &b);
-    status = lua_pcall(L, 1, nres, 0);
-    free_batch(&b, argv, argvlen);
-    if (status != 0)
-        return lua_error(L); /* everything is freed */
-    return nres;
-}
-
 static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_script *script,
                     const redlock_wait *w, const char **argv, size_t *argvlen, int argc,
                     redisReply **replies, redisReply **wreplies, int *stale) {
@@ -763,10 +636,7 @@ static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_s
         if (b.wlen < 0)
             return -1;
     }
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = script->sha;
-    argvlen[1] = 40;
+    redlock_fanout_evalsha(script, argc, argv, argvlen);
     b.cmdlen = redlock_encode(NULL, 0, argc, argv, argvlen, &cmd);
     b.cmd = b.cmdlen < 0 ? NULL : cmd;
     b.script = script;
@@ -781,7 +651,7 @@ static int fanout_c(redlock_conn **conns, int n, int timeout_ms, const redlock_s
     }
     for (i = 0; i < n; i++)
         b.slots[i].u = conns[i];
-    run(&b, pfds, which);
+    redlock_fanout_run(&b, pfds, which);
     for (i = 0; i < n; i++) {
         slot *sl = &b.slots[i];
         if (w != NULL) {
@@ -816,41 +686,3 @@ int redlock_fanout_eval_wait_c(redlock_conn **conns, int n, int timeout_ms,
     return fanout_c(conns, n, timeout_ms, script, w, argv, argvlen, argc, replies, wreplies, stale);
 }
 
-/* fanout(conns, timeout_ms, arg, ...) */
-static int core_fanout(lua_State *L) { return fanout_common(L, NULL, 0, NULL); }
-
-/* fanout_eval(conns, timeout_ms, name, numkeys, key..., arg...) */
-static int core_fanout_eval(lua_State *L) {
-    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 3));
-    if (s == NULL)
-        return luaL_argerror(L, 3, "unknown script");
-    return fanout_common(L, s, 3, NULL);
-}
-
-/* fanout_eval_wait(conns, timeout_ms, replicas, wait_ms, aof, name,
- * numkeys, key..., arg...) */
-static int core_fanout_eval_wait(lua_State *L) {
-    lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
-    const redlock_script *s = redlock_script_find(luaL_checkstring(L, 6));
-    redlock_wait w;
-    /* (returns rather than luaL_argcheck: the analyzer then sees the end) */
-    if (n < 0 || n > 1000000)
-        return luaL_argerror(L, 3, "out of range (0 to 1000000)");
-    if (ms < 1 || ms > 86400000)
-        return luaL_argerror(L, 4, "out of range (1 to 86400000)");
-    if (s == NULL)
-        return luaL_argerror(L, 6, "unknown script");
-    w.replicas = (int)n;
-    w.timeout_ms = (int)ms;
-    w.aof = lua_toboolean(L, 5);
-    return fanout_common(L, s, 6, &w);
-}
-
-void redlock_fanout_open(lua_State *L) {
-    lua_pushcfunction(L, core_fanout);
-    lua_setfield(L, -2, "fanout");
-    lua_pushcfunction(L, core_fanout_eval);
-    lua_setfield(L, -2, "fanout_eval");
-    lua_pushcfunction(L, core_fanout_eval_wait);
-    lua_setfield(L, -2, "fanout_eval_wait");
-}

@@ -32,6 +32,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 #if defined(__linux__)
 #include <sys/prctl.h>
 #define CAN_DIE_WITH_PARENT 1
@@ -342,12 +344,6 @@ static int proc_spawn(lua_State *L) {
     return 1;
 }
 
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void sleep_ms(double ms) {
     struct timespec ts;
     ts.tv_sec = (time_t)(ms / 1000);
@@ -369,7 +365,7 @@ static int proc_wait(lua_State *L) {
         ms = 0;
     if (ms > 86400000)
         ms = 86400000;
-    deadline = mono_ms() + ms;
+    deadline = redlock_mono_ms() + ms;
     forwarded_set(&set);
     for (;;) {
         /* blocked so no signal goes to the pid after it is reaped (and maybe
@@ -398,7 +394,7 @@ static int proc_wait(lua_State *L) {
             lua_pushfstring(L, "cannot wait for process %d: %s", (int)pid, strerror(err));
             return 2;
         }
-        left = deadline - mono_ms();
+        left = deadline - redlock_mono_ms();
         if (left <= 0) {
             lua_pushboolean(L, 0);
             return 1;

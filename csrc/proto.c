@@ -13,6 +13,7 @@
 #include "resp.h"
 
 #define READER_MT "redlock.reader"
+#define REPLY_MT "redlock.reply"
 
 static int is_integer_subtype(lua_State *L, int i) {
 #if LUA_VERSION_NUM >= 503
@@ -173,10 +174,41 @@ static int reader_feed(lua_State *L) {
     return 1;
 }
 
-/* reader:get() -> false (need more bytes) | reply values | nil, msg, code */
+/* A reply kept as hiredis made it, for the topology core (csrc/topo_lua.c):
+ * what reader:get(true) gives. */
+typedef struct {
+    redisReply *r;
+} reply_ud;
+
+const redisReply *redlock_check_raw_reply(lua_State *L, int idx) {
+    reply_ud *u = (reply_ud *)luaL_checkudata(L, idx, REPLY_MT);
+    if (u->r == NULL)
+        luaL_argerror(L, idx, "reply is freed");
+    return u->r;
+}
+
+static int reply_gc(lua_State *L) {
+    reply_ud *u = (reply_ud *)luaL_checkudata(L, 1, REPLY_MT);
+    if (u->r != NULL) {
+        freeReplyObject(u->r);
+        u->r = NULL;
+    }
+    return 0;
+}
+
+/* reader:get([raw]) -> false (need more bytes) | reply values | nil, msg,
+ * code; raw: the reply as a redlock.reply for the topology core, error
+ * replies included */
 static int reader_get(lua_State *L) {
     reader_ud *u = check_reader(L);
     void *reply = NULL;
+    reply_ud *raw = NULL;
+    if (lua_toboolean(L, 2)) { /* made first: nothing to free if it raises */
+        raw = (reply_ud *)lua_newuserdata(L, sizeof *raw);
+        raw->r = NULL;
+        luaL_getmetatable(L, REPLY_MT);
+        lua_setmetatable(L, -2);
+    }
     if (redisReaderGetReply(u->reader, &reply) != REDIS_OK) {
         lua_pushnil(L);
         lua_pushfstring(L, "protocol error: %s", u->reader->errstr);
@@ -185,6 +217,10 @@ static int reader_get(lua_State *L) {
     }
     if (reply == NULL) {
         lua_pushboolean(L, 0);
+        return 1;
+    }
+    if (raw != NULL) {
+        raw->r = (redisReply *)reply;
         return 1;
     }
     return redlock_push_reply_free(L, (redisReply *)reply, 0);
@@ -210,7 +246,10 @@ void redlock_proto_open(lua_State *L) {
         {"feed", reader_feed}, {"get", reader_get}, {"close", reader_gc}, {NULL, NULL}};
     static const luaL_Reg meta[] = {
         {"__gc", reader_gc}, {"__close", reader_gc}, {"__tostring", reader_tostring}, {NULL, NULL}};
+    static const luaL_Reg reply_meta[] = {{"__gc", reply_gc}, {NULL, NULL}};
+    static const luaL_Reg reply_methods[] = {{"free", reply_gc}, {NULL, NULL}};
     redlock_newtype(L, READER_MT, meta, methods);
+    redlock_newtype(L, REPLY_MT, reply_meta, reply_methods);
     lua_pushcfunction(L, proto_encode);
     lua_setfield(L, -2, "encode");
     lua_pushcfunction(L, reader_new);

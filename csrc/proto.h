@@ -36,6 +36,11 @@ void redlock_argv_free(redlock_argv *a);
 void redlock_newtype(lua_State *L, const char *name, const luaL_Reg *meta,
                      const luaL_Reg *methods);
 
+/* The reply a redlock.reply at idx holds (reader:get(true)); raises if it
+ * is not one. */
+struct redisReply;
+const struct redisReply *redlock_check_raw_reply(lua_State *L, int idx);
+
 /* The userdata self (argument 1) of a method or metamethod registered by
  * redlock_newtype for `name`, else raises as luaL_checkudata. Compares the
  * metatable with the function's upvalue: luaL_checkudata looks the name up

@@ -1,7 +1,10 @@
-/* Redis Sentinel: where a Sentinel-managed conn's master is. The conn keeps
- * its sentinels (plain conns, each connected lazily and kept for the
- * periodic check) and its master's name; conn.c calls in here to connect,
- * before commands (the periodic check) and after error replies (demotion).
+/* Redis Sentinel over hiredis: where a Sentinel-managed conn's master is,
+ * the driver of the topology core's Sentinel rules (csrc/topo.c: what a
+ * sentinel's answer and ROLE's mean, the rounds). The conn keeps its
+ * sentinels (plain conns, each connected lazily and kept for the periodic
+ * check) and its master's name; conn.c calls in here to connect and before
+ * commands (the periodic check); a master turned replica is the core's
+ * verdict on a reply (conn.c, fanout.c).
  * Everything here runs on the thread that owns the conn: the caller's, or
  * the renewal thread with its own clones. */
 #define _GNU_SOURCE
@@ -15,24 +18,26 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "conn.h"
+#include "topo.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
-/* A master named but not a master (ROLE): the sentinels have not caught up
- * with a failover yet. Ask again this many times, this long apart. */
-#define ROUNDS 3
-#define PAUSE_MS 100
 
-/* One command on sentinel node i, retried once on a connection the
+/* One command on sentinel node i, sent again once on a connection the
  * sentinel had dropped. */
 static int ask(redlock_conn *node, int argc, const char **argv, redisReply **out) {
-    int stale = 0, rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
-    if (rc != 0 && stale)
-        rc = redlock_conn_round_trip(node, argc, argv, NULL, out, &stale);
+    redlock_attempt a;
+    int rc, stale = 0;
+    redlock_attempt_start(&a, -1, 0, 0);
+    do
+        rc = redlock_conn_trip1(node, argc, argv, NULL, out, &stale);
+    while (rc != 0 && redlock_stale_verdict(&a, stale, node->err) == REDLOCK_RESEND);
     return rc;
 }
 
-enum answer { A_ADDRESS, A_UNKNOWN, A_FAILED };
+enum answer { A_ADDRESS = REDLOCK_MASTER_AT, A_UNKNOWN = REDLOCK_MASTER_UNKNOWN,
+              A_FAILED = REDLOCK_SENTINEL_FAILED };
 
 /* What sentinel i says of the master: its address (host copied into host),
  * unknown (a null reply: it monitors no master of that name), or a
@@ -42,33 +47,12 @@ static enum answer master_from(redlock_sentinels *s, int i, char *host, size_t h
     redlock_conn *node = s->nodes[i];
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
     redisReply *r = NULL;
-    size_t used = strlen(why);
-    enum answer a = A_FAILED;
+    enum answer a;
     if (ask(node, 3, argv, &r) != 0) {
-        snprintf(why + used, whylen - used, "%s%s", used ? "; " : "", node->err);
+        redlock_append_why(why, whylen, node->err);
         return A_FAILED;
     }
-    if (r->type == REDIS_REPLY_NIL) {
-        a = A_UNKNOWN;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[0]->type == REDIS_REPLY_STRING &&
-               r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < hostlen) {
-        long p = strtol(r->element[1]->str, NULL, 10);
-        if (p >= 1 && p <= 65535) {
-            memcpy(host, r->element[0]->str, r->element[0]->len);
-            host[r->element[0]->len] = '\0';
-            *port = (int)p;
-            a = A_ADDRESS;
-        }
-    }
-    if (a == A_FAILED) {
-        if (r->type == REDIS_REPLY_ERROR)
-            snprintf(why + used, whylen - used, "%sserver: %s: %.*s", used ? "; " : "", node->name,
-                     (int)(r->len > 120 ? 120 : r->len), r->str);
-        else
-            snprintf(why + used, whylen - used, "%s%s: not a sentinel's answer", used ? "; " : "",
-                     node->name);
-    }
+    a = (enum answer)redlock_sentinel_answer(r, node->name, host, hostlen, port, why, whylen);
     freeReplyObject(r);
     return a;
 }
@@ -99,14 +83,7 @@ static int locate(redlock_conn *u, char *host, size_t hostlen, int *port) {
             break;
         }
     }
-    if (unknown > 0)
-        snprintf(u->err, ERRLEN,
-                 "connection: sentinel:%.60s: master name unknown: %d of %d sentinels monitor "
-                 "no master of that name%s%.300s%s",
-                 s->master_name, unknown, s->n, why[0] ? " (" : "", why, why[0] ? ")" : "");
-    else
-        snprintf(u->err, ERRLEN, "connection: sentinel:%.60s: no sentinel reachable (%.400s)",
-                 s->master_name, why);
+    redlock_sentinel_failure(u->err, ERRLEN, s->master_name, unknown, s->n, why);
     return -1;
 }
 
@@ -134,7 +111,7 @@ static int set_address(redlock_conn *u, const char *host, int port) {
 
 static void sub_close(redlock_sentinel_sub *sub) {
     if (sub->conn != NULL) {
-        redlock_conn_free(sub->conn);
+        redlock_conn_free_io(sub->conn);
         sub->conn = NULL;
     }
 }
@@ -143,42 +120,23 @@ static int sub_open(const redlock_sentinel_sub *sub) {
     return sub != NULL && sub->conn != NULL && sub->conn->ctx != NULL;
 }
 
-/* A message on the channel: "<name> <old ip> <old port> <new ip> <new
- * port>"; one that names our master counts as a switch. */
+/* A message on the channel (the topology core reads it): one that names
+ * our master counts as a switch. */
 static void on_message(redlock_sentinels *s, const redisReply *r) {
     redlock_sentinel_sub *sub = s->sub;
     const redisReply *m;
-    const char *w[5];
-    size_t len[5], name = strlen(s->master_name);
-    const char *p;
-    char *end;
-    long port;
-    int i;
+    char name[256], host[sizeof sub->host];
+    int port = 0;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
         strcmp(r->element[0]->str, "message") != 0)
         return;
     m = r->element[2];
-    if (m->type != REDIS_REPLY_STRING)
+    if (m->type != REDIS_REPLY_STRING ||
+        redlock_sentinel_switch(m->str, m->len, name, sizeof name, host, sizeof host, &port) != 0 ||
+        strcmp(name, s->master_name) != 0)
         return;
-    /* the five words (hiredis ends the string with a NUL) */
-    for (i = 0, p = m->str; i < 5; i++) {
-        while (*p == ' ')
-            p++;
-        w[i] = p;
-        while (*p != ' ' && *p != '\0')
-            p++;
-        len[i] = (size_t)(p - w[i]);
-        if (len[i] == 0)
-            return;
-    }
-    if (len[0] != name || memcmp(w[0], s->master_name, name) != 0 || len[3] >= sizeof sub->host)
-        return;
-    port = strtol(w[4], &end, 10);
-    if (end != w[4] + len[4] || port < 1 || port > 65535)
-        return;
-    memcpy(sub->host, w[3], len[3]);
-    sub->host[len[3]] = '\0';
-    sub->port = (int)port;
+    memcpy(sub->host, host, sizeof sub->host);
+    sub->port = port;
     sub->switches++;
 }
 
@@ -236,11 +194,11 @@ static void sub_ensure(redlock_sentinels *s) {
         return;
     sub->retry_at = t + s->check_ms;
     sub_close(sub);
-    sub->conn = redlock_conn_clone(s->nodes[sub->next % s->n]);
+    sub->conn = redlock_conn_clone_io(s->nodes[sub->next % s->n]);
     sub->next = (sub->next + 1) % s->n;
     if (sub->conn == NULL)
         return;
-    ok = redlock_conn_round_trip(sub->conn, 2, argv, NULL, &r, &stale) == 0 &&
+    ok = redlock_conn_trip1(sub->conn, 2, argv, NULL, &r, &stale) == 0 &&
          r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
          r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "subscribe") == 0;
     if (r != NULL)
@@ -269,27 +227,17 @@ int redlock_sentinel_sub_fd(const redlock_conn *u) {
 
 int redlock_sentinel_moved(redlock_conn *u) { return u->sentinels != NULL && switched(u->sentinels); }
 
-/* 1 when ROLE says master, 0 when not (u->err says what), -1 on failure. */
+/* 1 when ROLE says master, 0 when not (u->err says what), -1 when ROLE
+ * failed (u->err: "server:" when refused). */
 static int is_master(redlock_conn *u) {
     const char *argv[1] = {"ROLE"};
-    redisReply *r = NULL, *role;
-    int stale = 0, master;
-    if (redlock_conn_round_trip(u, 1, argv, NULL, &r, &stale) != 0)
+    redisReply *r = NULL;
+    int stale = 0, v;
+    if (redlock_conn_trip1(u, 1, argv, NULL, &r, &stale) != 0)
         return -1;
-    role = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
-    if (role != NULL && role->type != REDIS_REPLY_STRING)
-        role = NULL;
-    master = role != NULL && role->len == 6 && memcmp(role->str, "master", 6) == 0;
-    if (!master && r->type == REDIS_REPLY_ERROR) /* NOPERM: the ACL user needs +role */
-        snprintf(u->err, ERRLEN, "server: %s: ROLE failed: %.*s", u->name,
-                 (int)(r->len > 120 ? 120 : r->len), r->str);
-    else if (!master)
-        snprintf(u->err, ERRLEN,
-                 "connection: %s: the sentinels name a server that is not a master (ROLE: %.*s)",
-                 u->name, role ? (int)(role->len > 40 ? 40 : role->len) : 7,
-                 role ? role->str : "no role");
+    v = redlock_role_verdict(r, u->name, u->err, ERRLEN);
     freeReplyObject(r);
-    return master;
+    return v;
 }
 
 /* After a +switch-master: the master it named, before asking the
@@ -319,11 +267,11 @@ int redlock_sentinel_connect(redlock_conn *u) {
                 return 0;
         }
     }
-    for (round = 0; round < ROUNDS; round++) {
+    for (round = 0; round < REDLOCK_ROLE_ROUNDS; round++) {
         char host[256];
         int port = 0;
         if (round > 0)
-            redlock_pause_ms(PAUSE_MS);
+            redlock_pause_ms(REDLOCK_ROLE_PAUSE);
         if (locate(u, host, sizeof host, &port) != 0)
             return 1;
         if (set_address(u, host, port) != 0)
@@ -381,28 +329,6 @@ void redlock_sentinel_recheck(redlock_conn *u, double max_age_ms) {
         redlock_conn_drop(u);
 }
 
-static int has_word(const char *s, size_t len, const char *word) {
-    size_t w = strlen(word), i;
-    for (i = 0; i + w <= len; i++)
-        if (memcmp(s + i, word, w) == 0)
-            return 1;
-    return 0;
-}
-
-int redlock_sentinel_demoted(redlock_conn *u, const char *err, size_t len) {
-    if (u->sentinels == NULL)
-        return 0;
-    /* READONLY: a write refused by a replica (in a script too); WAIT on a
-     * replica: "WAIT cannot be used with replica instances" */
-    if (!has_word(err, len, "READONLY") && !has_word(err, len, "replica instance"))
-        return 0;
-    snprintf(u->err, ERRLEN, "connection: %s: the master became a replica (%.*s)", u->name,
-             (int)(len > 80 ? 80 : len), err);
-    redlock_conn_drop(u);
-    u->sentinels->checked_ms = 0;
-    return 1;
-}
-
 redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
     redlock_sentinels *s = calloc(1, sizeof *s);
     int i;
@@ -416,7 +342,7 @@ redlock_sentinels *redlock_sentinels_copy(const redlock_sentinels *src) {
         return NULL;
     }
     for (i = 0; i < src->n; i++) {
-        s->nodes[i] = redlock_conn_clone(src->nodes[i]);
+        s->nodes[i] = redlock_conn_clone_io(src->nodes[i]);
         if (s->nodes[i] == NULL) {
             redlock_sentinels_free(s);
             return NULL;
@@ -451,8 +377,13 @@ void redlock_sentinels_free(redlock_sentinels *s) {
         free(s->sub);
     }
     for (i = 0; i < s->n; i++)
-        redlock_conn_free(s->nodes[i]);
+        redlock_conn_free_io(s->nodes[i]);
     free(s->nodes);
     free(s->master_name);
     free(s);
 }
+
+static void recheck_hook(redlock_conn *u) { redlock_sentinel_recheck(u, u->sentinels->check_ms); }
+
+const redlock_conn_hooks redlock_sentinel_hooks = {redlock_sentinel_connect, recheck_hook,
+                                                   redlock_sentinel_sub_fd, redlock_sentinel_moved};

@@ -51,12 +51,6 @@ int redlock_sentinel_connect(struct redlock_conn *u);
  * error would come too late. No sentinel answering keeps the connection. */
 void redlock_sentinel_recheck(struct redlock_conn *u, double max_age_ms);
 
-/* After a reply: 1 when u is Sentinel-managed and the reply says the node
- * is a replica now (READONLY, or WAIT refused on a replica); the
- * connection is then dropped, u->err says why, and the next use asks the
- * sentinels again. The command was not carried out: a retry is safe. */
-int redlock_sentinel_demoted(struct redlock_conn *u, const char *err, size_t len);
-
 /* For a wait on u's socket (a BLPOP): the socket of u's +switch-master
  * subscription, to watch too, or -1 (none open, or u is no Sentinel conn);
  * and, once that socket is readable, whether it announced that u's master
@@ -72,5 +66,10 @@ int redlock_sentinels_subscribe(redlock_sentinels *s);
 /* dst shares src's subscription (dst: a copy of src for the same thread). */
 void redlock_sentinels_share(redlock_sentinels *dst, const redlock_sentinels *src);
 void redlock_sentinels_free(redlock_sentinels *s);
+
+/* A Sentinel conn's hooks (conn.h): connect through the sentinels, the
+ * periodic re-check, the +switch-master socket. */
+struct redlock_conn_hooks;
+extern const struct redlock_conn_hooks redlock_sentinel_hooks;
 
 #endif

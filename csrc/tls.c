@@ -21,6 +21,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "clock.h"
 #include "conn.h"
 
 #define ERRLEN REDLOCK_CONN_ERRLEN
@@ -235,12 +236,7 @@ static int set_peer_name(redlock_conn *u, SSL *ssl) {
     return SSL_set1_host(ssl, name) == 1 ? 0 : -1;
 }
 
-static long ms_left(const struct timespec *deadline) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (long)(deadline->tv_sec - now.tv_sec) * 1000 +
-           (deadline->tv_nsec - now.tv_nsec) / 1000000;
-}
+static long ms_left(double deadline) { return (long)(deadline - redlock_mono_ms()); }
 
 /* The verification failures users meet, in their words first. */
 static const char *verify_kind(long v) {
@@ -328,20 +324,14 @@ int redlock_tls_continue(redlock_conn *u) {
 }
 
 int redlock_tls_handshake(redlock_conn *u) {
-    struct timespec deadline;
+    double deadline;
     int r;
     if (redlock_tls_begin(u) != 0)
         return -1;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += u->connect_timeout_ms / 1000;
-    deadline.tv_nsec += (long)(u->connect_timeout_ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    deadline = redlock_mono_ms() + u->connect_timeout_ms;
     while ((r = redlock_tls_continue(u)) > 0) {
         struct pollfd pfd;
-        long left = ms_left(&deadline);
+        long left = ms_left(deadline);
         if (left <= 0) {
             redlock_tls_timed_out(u, u->connect_timeout_ms);
             return -1;

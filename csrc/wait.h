@@ -10,7 +10,7 @@
 /* What to wait for: replicas >= 0 (0: WAITAOF for the master's own fsync); timeout_ms >= 1; aof: WAITAOF 1 N T
  * (the master's AOF and N replicas' AOF fsynced, Redis 7.2+) instead of
  * WAIT N T (N replicas have the write in memory). */
-typedef struct {
+typedef struct redlock_wait {
     int replicas, timeout_ms, aof;
 } redlock_wait;
 

@@ -10,6 +10,7 @@
 #include <lualib.h>
 
 #include "../csrc/compat.h"
+#include "../csrc/defaults.h"
 
 #ifndef REDLOCK_LUA_DIR
 #define REDLOCK_LUA_DIR "lua"
@@ -37,6 +38,15 @@ static const char check[] =
     "  end\n"
     "end\n";
 
+/* options.lua reads its defaults from redlock.core: the same table,
+ * from csrc/defaults.c, without the rest of the core. */
+static int open_defaults(lua_State *L) {
+    lua_newtable(L);
+    redlock_defaults_push(L);
+    lua_setfield(L, -2, "defaults");
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static lua_State *L = NULL;
     if (L == NULL) {
@@ -45,7 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         lua_getglobal(L, "package");
         lua_pushstring(L, REDLOCK_LUA_DIR "/?.lua");
         lua_setfield(L, -2, "path");
-        lua_pop(L, 1);
+        lua_getfield(L, -1, "preload");
+        lua_pushcfunction(L, open_defaults);
+        lua_setfield(L, -2, "redlock.core");
+        lua_pop(L, 2);
         if (luaL_loadstring(L, check) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
             fprintf(stderr, "fuzz setup: %s\n", lua_tostring(L, -1));
             abort();

@@ -93,6 +93,18 @@ describe("redlock.core", function()
             assert.matches("rc=0", out)
         end)
 
+        it("the topology core decides alike for every driver (spec/c/topo_test.c, fed replies)", function()
+            local build = os.getenv("REDLOCK_BUILD") or "build"
+            local out = helper.read_cmd(build .. "/tests/topo_test; echo rc=$?")
+            local passed = 0
+            for line in out:gmatch("[^\n]+") do
+                assert.not_matches("^not ok", line)
+                if line:match("^ok %d") then passed = passed + 1 end
+            end
+            assert.equal(33, passed, out)
+            assert.matches("rc=0", out)
+        end)
+
         it("parses replies fed in pieces, nil as core.null, errors apart", function()
             local r = core.reader()
             assert.is_true(r:feed("*3\r\n:7\r\n$-1\r\n$2\r\nh"))

@@ -111,12 +111,6 @@ cases[#cases + 1] = {
 cases[#cases + 1] = {
     name = "TRYAGAIN: a new lock in a slot that migrates, its fence counter still on the old master",
     topology = "cluster", warm = true,
-    differs = {
-        acked = "conn.c's script + WAIT loop gives up after 8 tries (pauses of 5 to 40 ms, about 155 ms), "
-            .. "not at the call's time limit: 'connection: ...: TRYAGAIN Multiple keys request ...'",
-        fanout = "fanout.c reports TRYAGAIN as a stale connection and quorum.lua sends once more at once; "
-            .. "the Cluster's vote is then 'connection: ...: TRYAGAIN Multiple keys request ...'",
-    },
     na = {
         renew = "the renewal thread only extends: a one-key script, which a migrating slot runs or "
             .. "answers ASK, never TRYAGAIN (only acquire and release carry two keys or more)",
@@ -156,12 +150,6 @@ cases[#cases + 1] = {
 local down = {
     name = "CLUSTERDOWN: the slot's master stops serving it for a moment (DELSLOTS, then ADDSLOTS)",
     topology = "cluster", warm = true, renew_ttl = 3000, renew_wait = 4000,
-    differs = {
-        acked = "conn.c's script + WAIT loop gives up after 8 tries (about 155 ms), not at the call's "
-            .. "time limit: 'connection: ...: CLUSTERDOWN Hash slot not served'",
-        fanout = "fanout.c reports CLUSTERDOWN as a stale connection and quorum.lua sends once more at "
-            .. "once; the Cluster's vote is then 'connection: ...: CLUSTERDOWN Hash slot not served'",
-    },
     prepare = function(_, d, ctx)
         -- a master that is not the first seed: the map reloaded from the
         -- first seed still names it (other nodes keep it as the owner)
@@ -194,16 +182,6 @@ cases[#cases + 1] = {
     topology = "cluster", warm = true, renew_ttl = 3000, renew_wait = 4000,
     -- (csrc/cluster.c's node_for and ngx_cluster.node_for: a map without
     -- the slot counts as loaded, and a slot without a node as final)
-    differs = {
-        plain = "the map reloaded without the slot is kept as loaded: 'server: ...: no node serves slot N "
-            .. "(CLUSTERDOWN?)' at once, not retried within the call's time",
-        acked = "as plain: 'server: ...: no node serves slot N (CLUSTERDOWN?)' at once",
-        fanout = "as plain: the Cluster's vote is 'server: ...: no node serves slot N (CLUSTERDOWN?)'",
-        renew = "the thread's map, reloaded without the slot, is not reloaded when the slot is served "
-            .. "again 1 s later: every round fails 'no node serves slot N', and the lock expires",
-        renew_redlock = "as renew (the thread's fan-out routes through the same map): the lock expires",
-        nginx = "ngx_cluster.node_for, the same: 'server: ...: no node serves slot N (CLUSTERDOWN?)' at once",
-    },
     prepare = function(_, d, ctx)
         local first = conf.first_seed(fx)
         repeat
@@ -218,10 +196,6 @@ cases[#cases + 1] = {
 cases[#cases + 1] = {
     name = "CLUSTER SLOTS refused by the first seed (ACL), answered by the next",
     topology = "cluster", warm = false,
-    differs = {
-        nginx = "ngx_cluster.load gives up at the first node that answers CLUSTER SLOTS with an error: "
-            .. "'server: ...: not a cluster node (CLUSTER SLOTS: NOPERM ...)'",
-    },
     setup = function(s)
         local deny = fx.cluster.nodes[3]
         for _, node in ipairs(fx.cluster.nodes) do
@@ -314,10 +288,6 @@ cases[#cases + 1] = {
 cases[#cases + 1] = {
     name = "the sentinels name a replica: ROLE asked in three rounds, then an error, never a write there",
     topology = "sentinel", warm = false, renew_warm = true, renew_ttl = 1500, renew_wait = 3000,
-    differs = {
-        nginx = "asks ROLE twice (on the new connection, then once more on Server:eval's stale retry), "
-            .. "not in csrc/sentinel.c's three rounds; the same error",
-    },
     setup = function(s)
         local master = conf.sentinel_roles(fx)
         s.liar = helper.start_sentinel({ liar = master }, { quorum = 1 })
@@ -349,11 +319,6 @@ cases[#cases + 1] = {
     topology = "sentinel", shared = true, warm = false, renew_warm = true, renew_ttl = 3000, renew_wait = 4000,
     -- (the fan-out with its default time limit: what that limit covers)
     fanout_default_budget = true,
-    differs = {
-        fanout = "fanout.c asks the sentinels inside the voter's time limit, before poll(): the hung "
-            .. "sentinel's 500 ms use up 2 x server_timeout, and the Sentinel's vote is 'connection: ...: "
-            .. "timed out after 50 ms waiting for a reply' (the next call works)",
-    },
     url = function() return conf.sentinel_url(fx.sentinels) end,
     prepare = function(_, _, ctx) ctx.key = key("hung") end,
     event = function() fx.sentinels[1]:freeze() end,

@@ -24,6 +24,8 @@ check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,
 # shellcheck disable=SC2086
 check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 $LUA_CFLAGS 2>&1 |
     grep -E '(warning|error):' && exit 1 || exit 0"
+# the C files call each other one way only (docs/development.md, Layout)
+check "no call cycle among csrc/ files" sh tools/callgraph.sh
 # the reference `make docs` builds: a doc comment that no longer matches
 # its function is an error
 check ldoc sh -c 'd=$(mktemp -d) && ldoc --fatalwarnings -d "$d" . >/dev/null; rc=$?; rm -rf "$d"; exit $rc'

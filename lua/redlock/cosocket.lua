@@ -15,14 +15,16 @@ local blocking = require "redlock.server"
 local ngx_wait = require "redlock.ngx_wait"
 local ngx_sentinel = require "redlock.ngx_sentinel"
 local ngx_cluster = require "redlock.ngx_cluster"
+local ngx_conn = require "redlock.ngx_conn"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
 local now = core.now
-local setmetatable, select, type, error, tostring, ipairs, pcall =
-    setmetatable, select, type, error, tostring, ipairs, pcall
-local format, upper, sub, byte = string.format, string.upper, string.sub, string.byte
+local DEFAULTS = core.defaults -- csrc/defaults.h
+local setmetatable, select, type, error, tostring, pcall =
+    setmetatable, select, type, error, tostring, pcall
+local format = string.format
 local floor, max = math.floor, math.max
 local running, status = coroutine.running, coroutine.status
 local WEAK_V = { __mode = "v" }
@@ -36,16 +38,6 @@ local YIELDABLE = {
     rewrite = true, server_rewrite = true, access = true, content = true, timer = true,
     ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
 }
-
--- Commands after which the connection carries state for the next command of
--- the same caller (WATCH ... EXEC, as legacy mode does): the socket stays
--- with the calling coroutine instead of going back to the pool, until a
--- command that ends that state.
-local PIN = { WATCH = true, MULTI = true }
-local UNPIN = { EXEC = true, DISCARD = true, UNWATCH = true }
-
-local READ_SIZE = 16384
-local MAX_READERS = 8
 
 --- Whether this Lua state lives inside nginx's Lua module (any phase).
 function _M.in_nginx()
@@ -70,504 +62,11 @@ local Server = setmetatable({}, { __index = blocking.Server })
 Server.__index = Server
 _M.Server = Server
 
--- The hiredis server for the phases without cosockets. A socket opened in
--- init_by_lua (the master) would be shared by every forked worker, and
--- their replies would mix: each process makes its own.
-local function fallback(self)
-    local pid = ngx.worker.pid()
-    local b = self.fallback
-    if self.fallback_pid ~= pid then
-        b = blocking.new(self.spec, self.mode)
-        self.fallback, self.fallback_pid = b, pid
-    end
-    return b
-end
-
--- Connections to one server go to a pool of their own, named by address,
--- database and credentials: a pooled connection has already run AUTH and
--- SELECT, so it must only be handed to a server with the same ones.
-local function pool_name(self, host, port)
-    local spec = self.spec
-    local who = ""
-    if spec.password then who = ngx.md5((spec.username or "") .. "\0" .. spec.password) end
-    -- TLS connections never share a pool with plain ones, nor with other settings
-    local tls = spec.tls
-    if tls then
-        who = who .. "/tls:" .. ngx.md5(format("%s\0%s\0%s\0%s\0%s", tls.server_name or "",
-            tostring(tls.verify), tls.cert_file or "", tls.key_file or "", tls.ca_file or ""))
-    end
-    -- a Sentinel-managed server's pool is its master's of the moment; a
-    -- Cluster's, one per node
-    local where = (self.sentinel or self.cluster) and format("%s@%s:%d", self.name, host, port) or self.name
-    return format("redlock:%s/%d/%s", where, spec.db or 0, who)
-end
-
--- A client certificate for sock:setclientcert (lua-resty-core's ngx.ssl),
--- read once per worker and server. nil, message when it cannot be used.
-local function client_cert(self, tls)
-    if self.client_cert then return self.client_cert, self.client_key end
-    local ok, ssl = pcall(require, "ngx.ssl")
-    if not ok then return nil, "ngx.ssl (lua-resty-core) is needed for cert_file" end
-    local function slurp(path)
-        local f, err = io.open(path, "rb")
-        if not f then return nil, err end
-        local pem = f:read("*a")
-        f:close()
-        return pem
-    end
-    local cert_pem, err = slurp(tls.cert_file)
-    if not cert_pem then return nil, "could not load cert_file (" .. tostring(err) .. ")" end
-    local key_pem
-    key_pem, err = slurp(tls.key_file)
-    if not key_pem then return nil, "could not load key_file (" .. tostring(err) .. ")" end
-    local cert, key
-    cert, err = ssl.parse_pem_cert(cert_pem)
-    if not cert then return nil, "could not load cert_file (" .. tostring(err) .. ")" end
-    key, err = ssl.parse_pem_priv_key(key_pem)
-    if not key then return nil, "could not load key_file (" .. tostring(err) .. ")" end
-    self.client_cert, self.client_key = cert, key
-    return cert, key
-end
-
--- The TLS handshake on a new cosocket. The CAs are nginx's own
--- (lua_ssl_trusted_certificate): a cosocket takes no ca_file of its own.
-local function handshake(self, sock, host)
-    local tls = self.spec.tls
-    if tls.cert_file then
-        local cert, key = client_cert(self, tls)
-        if not cert then return nil, format("connection: %s: TLS %s", self.name, key) end
-        local ok, err = sock:setclientcert(cert, key)
-        if not ok then
-            return nil, format("connection: %s: TLS client certificate refused (%s)", self.name,
-                tostring(err))
-        end
-    end
-    local ok, err = sock:sslhandshake(false, tls.server_name or host or self.host, tls.verify ~= false)
-    if not ok then
-        return nil, format("connection: %s: TLS handshake failed (%s)", self.name, tostring(err))
-    end
-    -- Seen with Debian's ngx_lua 0.10.23, now and then: a failed
-    -- verification logged and the socket closed, yet sslhandshake answers
-    -- true. Never go on without a live, verified session.
-    if not sock:getreusedtimes() then
-        return nil, format("connection: %s: TLS handshake failed (nginx closed the connection: "
-            .. "see its error log)", self.name)
-    end
-    return true
-end
-
-local function reader(self)
-    local readers = self.readers
-    local n = #readers
-    if n == 0 then return new_reader() end
-    local r = readers[n]
-    readers[n] = nil
-    return r
-end
-
-local function keep_reader(self, r)
-    local readers = self.readers
-    if #readers < MAX_READERS then readers[#readers + 1] = r end
-end
-
--- Reads the next reply: true, reply values (a server error is nil,
--- message, "server"); or nil, error text of the socket.
-local function next_reply(sock, rd)
-    local err
-    while true do
-        local v, msg, code = rd:get()
-        if v ~= false then return true, v, msg, code end
-        local data
-        data, err = sock:receiveany(READ_SIZE)
-        if not data then return nil, err end
-        rd:feed(data)
-    end
-end
-
--- Sends one request and reads one reply (as next_reply).
-local function exchange(sock, rd, req)
-    local sent, err = sock:send(req)
-    if not sent then return nil, err end
-    return next_reply(sock, rd)
-end
-
--- WAIT's answer (replica acknowledgement, redlock.replicas) as the C
--- core's conn:eval_wait gives it: acked, fsynced (-1: WAIT); or nil.
-local function wait_counts(v)
-    if type(v) == "number" then return v, -1 end
-    if type(v) == "table" and type(v[1]) == "number" and type(v[2]) == "number" then
-        return v[2], v[1]
-    end
-    return nil
-end
-
--- fresh: nothing was read yet on this new connection. A TLS port resets a
--- plain client that speaks RESP to it: say so (csrc/tls.c's
--- redlock_tls_plain_hint, the counterpart of the handshake's message).
-local function io_failure(self, err, doing, limit, fresh)
-    if err == "timeout" then
-        return format("connection: %s: timed out after %d ms %s", self.name, limit, doing)
-    end
-    local hint = fresh and not self.spec.tls and not self.path and "; the server may want TLS (rediss://)"
-        or ""
-    return format("connection: %s: lost the connection %s (%s%s)", self.name, doing, tostring(err), hint)
-end
-
--- Runs AUTH and SELECT on a connection that is new (not from the pool).
--- Returns true, or nil, message, code.
-local function setup(self, sock, rd, limit)
-    local spec = self.spec
-    local steps = {}
-    if spec.password then
-        steps[1] = { "AUTH", spec.username and encode("AUTH", spec.username, spec.password)
-            or encode("AUTH", spec.password) }
-    end
-    if spec.db and spec.db ~= 0 then
-        steps[#steps + 1] = { "SELECT", encode("SELECT", spec.db) }
-    end
-    -- Sentinel: a new connection checks that the master it was told of is
-    -- one (a failover may be under way); if not, the next try asks again
-    if self.sentinel then steps[#steps + 1] = { "ROLE", encode("ROLE") } end
-    for i, step in ipairs(steps) do
-        local ok, v, msg, code = exchange(sock, rd, step[2])
-        if not ok then return nil, io_failure(self, v, step[1], limit, i == 1), "connection" end
-        if v == nil then
-            if code == "server" then
-                msg = format("server: %s: %s failed: %s", self.name, step[1], sub(msg, 1, 160))
-            else
-                msg = format("connection: %s: %s", self.name, msg)
-            end
-            return nil, msg, code
-        end
-        if step[1] == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
-            ngx_sentinel.forget(self)
-            return nil, format("connection: %s: the sentinels name a server that is not a master"
-                .. " (ROLE: %s)", self.name, type(v) == "table" and tostring(v[1]) or "?"),
-                "connection", true
-        end
-    end
-    return true, #steps
-end
-
-ngx_sentinel.init({ exchange = exchange, handshake = handshake, setup = setup })
-
--- Closes the idle connections of a pool: each connect() to it hands out
--- one of them until a new connection would be made.
-local function drain(host, port, pool, most)
-    for _ = 1, most do
-        local sock = ngx.socket.tcp()
-        sock:settimeouts(100, 100, 100)
-        if not sock:connect(host, port, { pool = pool }) then return end
-        local reused = sock:getreusedtimes() > 0
-        sock:close()
-        if not reused then return end
-    end
-end
-
--- What names a Cluster node in messages, and the settings its
--- connections take (the server's credentials and TLS): what setup,
--- handshake and io_failure read of a server.
-local function view(self, node)
-    local v = self.node_views[node]
-    if not v then
-        v = { name = node.name, spec = self.spec, host = node.dial }
-        self.node_views[node] = v
-    end
-    return v
-end
-
--- A socket connected (or from the pool): sock, nil, nil, read timeout in
--- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
--- server's timeouts, doubled for what a new connection has to do first.
--- node: a Cluster node (redlock.ngx_cluster) to connect to, or nil.
-local function connect(self, tmo, node)
-    local sock, err = ngx.socket.tcp()
-    if not sock then
-        return nil, format("connection: %s: could not make a socket (%s)", self.name, tostring(err))
-    end
-    local cto, rto = self.connect_timeout, self.timeout
-    if tmo then cto, rto = 2 * tmo, 2 * tmo end
-    sock:settimeouts(cto, rto, rto)
-    local host, port, pool = self.host, self.port, self.pool
-    if node then
-        host, port = node.dial, node.port
-        pool = self.node_pools[node]
-        if not pool then
-            pool = pool_name(self, host, port)
-            self.node_pools[node] = pool
-        end
-    elseif self.sentinel then
-        host, port = ngx_sentinel.address(self)
-        if not host then return nil, port, false end
-        pool = pool_name(self, host, port)
-        local st = self.sentinel
-        if st.used_pool ~= pool then
-            -- the master moved: this worker's idle connections to the old
-            -- one are closed now, not when keepalive_timeout ends them
-            if st.used_pool then drain(st.used_host, st.used_port, st.used_pool, self.pool_size) end
-            st.used_host, st.used_port, st.used_pool = host, port, pool
-        end
-    elseif not pool then
-        pool = pool_name(self)
-        self.pool = pool
-    end
-    local ok
-    if self.path then
-        ok, err = sock:connect(self.path, { pool = pool })
-    else
-        ok, err = sock:connect(host, port, { pool = pool })
-    end
-    if not ok then
-        local timed_out = err == "timeout"
-        if timed_out then err = format("timed out after %d ms", cto) end
-        if self.sentinel then
-            ngx_sentinel.forget(self) -- a dead master: ask the sentinels next time
-            err = format("%s at %s:%d", tostring(err), host, port)
-        end
-        return nil, format("connection: %s: could not connect (%s)", (node or self).name, tostring(err)),
-            timed_out
-    end
-    -- (nil: nginx closed it already; never skip the handshake on that)
-    local times = sock:getreusedtimes()
-    if not times then
-        sock:close()
-        return nil, format("connection: %s: could not connect (closed)", (node or self).name), false
-    end
-    if self.spec.tls and self.path == nil and times == 0 then
-        local done
-        done, err = handshake(node and view(self, node) or self, sock, node and node.host or host)
-        if not done then
-            sock:close()
-            return nil, err, false
-        end
-    end
-    if tmo and sock:getreusedtimes() > 0 then
-        rto = tmo
-        sock:settimeouts(tmo, tmo, tmo)
-    end
-    return sock, nil, nil, rto
-end
-
-local function command_name(first)
-    if type(first) ~= "string" then return "" end
-    -- most commands come upper-case already: skip the copy then
-    local b = byte(first, 1)
-    if b and b >= 97 and b <= 122 then return upper(first) end
-    return first
-end
-
-local ASKING = encode("ASKING")
-
--- Sends req (after ASKING when ask) and reads its reply, as exchange does.
-local function exchange_asking(sock, rd, req, ask)
-    if not ask then return exchange(sock, rd, req) end
-    local sent, err = sock:send(ASKING .. req)
-    if not sent then return nil, err end
-    local ok, v = next_reply(sock, rd) -- ASKING's +OK (an error shows in the command's reply)
-    if not ok then return nil, v end
-    return next_reply(sock, rd)
-end
-
--- One try of a request on a pinned, pooled or new connection. Returns the
--- reply, or nil, message, code, stale, timed_out, raw (stale: a pooled
--- connection that the server had closed, worth one more try on a fresh
--- one; raw: a server error's own text). After a NOSCRIPT reply to EVALSHA of `script`, sends EVAL of its
--- source on the same connection (nkeys and the rest are the script's
--- arguments). tmo: a fan-out's time limit (see connect), or nil.
--- w: { req = the encoded WAIT, ms = how much longer its reply may take }
--- sent in the same write as req (replica acknowledgement), or nil; the
--- script's reply is then followed by WAIT's: {acked, fsynced}, or a
--- message when WAIT failed (an error reply, or the connection after the
--- script's reply).
--- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
--- ask: send ASKING first, in the same write (an ASK redirection: both on
--- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
--- CLUSTERDOWN) comes back as a server error, raw for the caller to follow.
-local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
-    local co = running()
-    local pinned = self.pinned
-    local sock = pinned[co]
-    local was_pinned = sock ~= nil
-    local reused = was_pinned
-    local limit = self.timeout
-    local who = node and view(self, node) or self
-    local err, code
-    if not sock then
-        local timed_out
-        sock, err, timed_out, limit = connect(self, tmo, node)
-        if not sock then return nil, err, "connection", false, timed_out end
-        reused = sock:getreusedtimes() > 0
-    end
-    local rd = reader(self)
-    local fresh = false -- a new connection that has read nothing yet
-    if not reused then
-        local ok, retry
-        ok, err, code, retry = setup(who, sock, rd, limit)
-        if not ok then
-            sock:close()
-            return nil, err, code, retry == true
-        end
-        fresh = err == 0
-        self.made = self.made + 1
-    end
-    local ok, v, msg, wres
-    if w then
-        limit = limit + w.ms
-        sock:settimeouts(limit, limit, limit)
-        ok, v, msg, code = exchange_asking(sock, rd, req .. w.req, ask)
-        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
-            ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
-            if ok then
-                ok, v, msg, code = exchange_asking(sock, rd,
-                    encode("EVAL", script.source, nkeys, ...) .. w.req, ask)
-            end
-        end
-        if ok and v ~= nil then
-            local wok, wv, wmsg, wcode = next_reply(sock, rd)
-            if not wok then
-                pinned[co] = nil
-                sock:close()
-                return v, io_failure(who, wv, "waiting for WAIT's reply", limit)
-            end
-            local acked, fsynced = wait_counts(wv)
-            if acked then
-                wres = { acked, fsynced }
-            elseif wv == nil and wcode == "server" then
-                wres = format("server: %s: %s", who.name, sub(wmsg, 1, 200))
-            else
-                wres = format("server: %s: unexpected reply to WAIT", who.name)
-            end
-        elseif ok and v == nil and code == "server" and node and ngx_cluster.redirection(self, msg) then
-            -- the script did not run there: WAIT's reply (due after up to
-            -- its timeout when the node lacks the replicas) is not worth
-            -- waiting for; the connection goes instead
-            pinned[co] = nil
-            sock:close()
-            return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
-        elseif ok and v == nil and code == "server" then
-            local wok, werr = next_reply(sock, rd) -- WAIT's, after the script's error
-            if not wok then ok, v = nil, werr end
-        end
-    else
-        ok, v, msg, code = exchange_asking(sock, rd, req, ask)
-        if ok and v == nil and script and code == "server" and sub(msg, 1, 8) == "NOSCRIPT" then
-            ok, v, msg, code = exchange_asking(sock, rd, encode("EVAL", script.source, nkeys, ...), ask)
-        end
-    end
-    if not ok then
-        pinned[co] = nil
-        sock:close()
-        -- no retry on a pinned connection: a fresh one lacks its WATCH state
-        return nil, io_failure(who, v, "waiting for a reply", limit, fresh), "connection",
-            reused and not was_pinned and v ~= "timeout", v == "timeout"
-    end
-    if v == nil and code ~= "server" then -- protocol error: the stream is lost
-        pinned[co] = nil
-        sock:close()
-        return nil, format("connection: %s: %s", who.name, msg), code, false
-    end
-    if v == nil and self.sentinel and ngx_sentinel.demoted(msg) then
-        -- the master became a replica: nothing was written, a retry asks
-        -- the sentinels where the master is now
-        pinned[co] = nil
-        sock:close()
-        ngx_sentinel.forget(self)
-        return nil, format("connection: %s: the master became a replica (%s)", self.name,
-            sub(msg, 1, 80)), "connection", true
-    end
-    keep_reader(self, rd)
-    if cmd and (PIN[cmd] or (pinned[co] and not UNPIN[cmd])) then
-        pinned[co] = sock
-    else
-        pinned[co] = nil
-        local kept = sock:setkeepalive(self.keepalive_timeout, self.pool_size)
-        if not kept then sock:close() end
-    end
-    if v == nil then
-        return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
-    end
-    return v, wres
-end
-
--- Redirections followed at once; past these a request waits a little
--- before each further one (nodes that disagree while a slot changes hands
--- send it back and forth), until its time limit (csrc/cluster.c's rule).
-local QUICK_TRIES = 3
-
--- One command to one node of a Cluster (CLUSTER SLOTS), once more on a
--- new connection when the pooled one was stale.
-local function cluster_exchange(self, node, ...)
-    local cmd, req = command_name((...)), encode(...)
-    local r, err, code, stale = attempt(self, node, false, cmd, req, nil, nil)
-    if r == nil and stale then r, err, code = attempt(self, node, false, cmd, req, nil, nil) end
-    return r, err, code
-end
-
--- attempt for a server of a Cluster: the request goes to the master of
--- slot (any node for -1), and MOVED, ASK, TRYAGAIN and CLUSTERDOWN are
--- followed as csrc/cluster.c does, within the time limit (tmo, or the
--- server's timeout): MOVED reloads the map, but believes MOVED for the
--- slot; ASK sends ASKING and the request to the node named; TRYAGAIN and
--- CLUSTERDOWN pause 5..40 ms and try again; an unreachable node gets the
--- map reloaded from another node before one more try. Every request
--- repeated this way is safe to repeat: a script finding our own token
--- counts it as ours.
-local function routed(self, slot, cmd, req, tmo, w, script, nkeys, ...)
-    local deadline = now() + (tmo or self.timeout)
-    local tries, pause, ask_node, reloaded = 0, 5, nil, false
-    while true do
-        local node, ask = ask_node, ask_node ~= nil
-        if not node then
-            local err, code
-            node, err, code = ngx_cluster.node_for(self, slot, cluster_exchange)
-            if not node then return nil, err, code end
-        end
-        ask_node = nil
-        local v, err, code, stale, timed_out, raw =
-            attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
-        if v ~= nil then return v, err end
-        local kind, s, target
-        if code == "server" then kind, s, target = ngx_cluster.redirection(self, raw) end
-        if kind then
-            if kind == "moved" or kind == "ask" then tries = tries + 1 end
-            if kind == "tryagain" or kind == "down" or tries > QUICK_TRIES then
-                -- a slot half migrated, a failover under way: passes on
-                -- its own, so it is retried until the time limit
-                if now() + pause > deadline then return nil, err, code end
-                ngx.sleep(pause / 1000)
-                if pause < 40 then pause = pause * 2 end
-            end
-            if kind == "moved" then
-                -- a resharding moves many slots: reload the whole map
-                ngx_cluster.forget(self)
-                ngx_cluster.load(self, cluster_exchange)
-                if target then ngx_cluster.moved(self, s, target) end
-            elseif kind == "ask" then
-                if not target then
-                    return nil, format("server: %s: unreadable ASK redirection", self.name), "server"
-                end
-                ask_node = target
-            elseif kind == "down" then
-                ngx_cluster.forget(self) -- the map may change with the failover
-            end
-        elseif code == "connection" and not stale and not reloaded and not self.pinned[running()]
-            and now() < deadline then
-            -- the node may be gone (failover): ask another for the map
-            reloaded = true
-            if slot < 0 then
-                if ngx_cluster.any_node(self, node) == node then return nil, err, code, stale, timed_out end
-            else
-                ngx_cluster.forget(self)
-                if not ngx_cluster.load(self, cluster_exchange)
-                    or ngx_cluster.node_for(self, slot, cluster_exchange) == node then
-                    return nil, err, code, stale, timed_out
-                end
-            end
-        else
-            return nil, err, code, stale, timed_out
-        end
-    end
-end
+-- the connection layer (redlock.ngx_conn)
+local fallback, pool_name, handshake, setup = ngx_conn.fallback, ngx_conn.pool_name, ngx_conn.handshake,
+    ngx_conn.setup
+local view, command_name, attempt, routed = ngx_conn.view, ngx_conn.command_name, ngx_conn.attempt,
+    ngx_conn.routed
 
 local function closed()
     return nil, "closed: the connection is closed", "closed"
@@ -691,15 +190,16 @@ function _M.new(spec, mode, o)
         host = host,
         port = spec.port or 6379,
         path = spec.path and ("unix:" .. spec.path),
-        connect_timeout = spec.connect_timeout or o.connect_timeout or 1000,
+        connect_timeout = spec.connect_timeout or o.connect_timeout or DEFAULTS.connect_timeout,
         -- 0 is "no timeout" for hiredis; cosockets want a number of ms
-        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or 1000,
-        keepalive_timeout = o.keepalive_timeout or 60000,
-        pool_size = o.pool_size or 32,
+        timeout = (spec.timeout == 0 and 86400000) or spec.timeout or o.timeout or DEFAULTS.timeout,
+        keepalive_timeout = o.keepalive_timeout or DEFAULTS.keepalive_timeout,
+        pool_size = o.pool_size or DEFAULTS.pool_size,
         readers = {},
         -- Sentinel: where the master is (redlock.ngx_sentinel), or nil
-        sentinel = ngx_sentinel.new(spec, spec.connect_timeout or o.connect_timeout or 1000,
-            spec.timeout or o.timeout or 1000),
+        sentinel = ngx_sentinel.new(spec,
+            spec.connect_timeout or o.connect_timeout or DEFAULTS.connect_timeout,
+            spec.timeout or o.timeout or DEFAULTS.timeout),
         -- Cluster: this worker's slot map for its seeds (redlock.ngx_cluster),
         -- the pool and the names for each node; or nil
         cluster = ngx_cluster.new(spec),
@@ -800,14 +300,22 @@ function Server:eval(name, nkeys, ...)
     return r, err, code
 end
 
--- One server's part of a fan-out, in its own light thread.
-local function fan_one(server, tmo, w, script, nkeys, ...)
-    if server.closed then return closed() end
+-- One try of a server's part of a fan-out.
+local function fan_try(server, tmo, w, script, nkeys, ...)
     local req = encode("EVALSHA", script.sha, nkeys, ...)
     if server.cluster then
         return routed(server, ngx_cluster.script_slot(nkeys, (...)), nil, req, tmo, w, script, nkeys, ...)
     end
     return attempt(server, nil, false, nil, req, tmo, w, script, nkeys, ...)
+end
+
+-- One server's part of a fan-out, in its own light thread: sent once more
+-- on a new connection when the pooled one was stale (as csrc/fanout.c).
+local function fan_one(server, tmo, w, script, nkeys, ...)
+    if server.closed then return closed() end
+    local v, err, code, stale, timed_out = fan_try(server, tmo, w, script, nkeys, ...)
+    if v == nil and stale then return fan_try(server, tmo, w, script, nkeys, ...) end
+    return v, err, code, stale, timed_out
 end
 
 -- The light threads of a fan-out (see fanout_eval); w: WAIT with the

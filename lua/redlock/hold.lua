@@ -30,7 +30,7 @@ local WEAK_KV = { __mode = "kv" }
 -- runs, and the nginx timers of redlock.cosocket.renew). The renewal
 -- thread's hold_until is then 2^53 ms, the largest it takes.
 local NO_BOUND = 2 ^ 53
-local REDLOCK_TIMEOUT = 50
+local REDLOCK_TIMEOUT = core.defaults.server_timeout
 
 checks.owner = function(fname, name, v)
     if v ~= v then error(format("bad option '%s' to '%s' (any value but NaN expected)", name, fname), 5) end

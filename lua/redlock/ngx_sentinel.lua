@@ -1,13 +1,14 @@
---- Redis Sentinel inside nginx: where a Sentinel-managed server's master is,
--- asked over cosockets (redlock.cosocket's connections use it; outside the
--- yieldable phases the C core does the same over hiredis, see
--- csrc/sentinel.c). The sentinels are asked in turn, each with a short
+--- Redis Sentinel inside nginx: the cosocket driver of the topology core's
+-- Sentinel rules (csrc/topo.c, through core.sentinel_answer,
+-- core.sentinel_failure and core.role_verdict: the same reading of the
+-- sentinels' answers and of ROLE, and the same messages, as csrc/sentinel.c
+-- over hiredis). The sentinels are asked in turn, each with a short
 -- timeout; the one that answers goes to the front. The address is kept per
 -- worker for sentinel_check ms, and, when nginx.conf has
 -- `lua_shared_dict redlock_sentinel 1m;`, shared by all workers for as long,
 -- so that a burst of requests does not ask the sentinels once per request.
--- A ROLE check on every new connection and READONLY replies make the
--- server forget the address (redlock.cosocket).
+-- A ROLE check on every new connection (in the core's rounds) and READONLY
+-- replies make the server forget the address (redlock.cosocket).
 -- Each worker also subscribes to +switch-master on one sentinel of each set
 -- of sentinels it uses (a timer, started by the first address asked): the
 -- sentinels announce a failover there as soon as they made it, and the
@@ -20,7 +21,8 @@ local pubsub = require "redlock.ngx_pubsub"
 
 local ngx = rawget(_G, "ngx")
 local encode, new_reader, now = core.encode, core.reader, core.now
-local format, concat, tostring, type = string.format, table.concat, tostring, type
+local sentinel_answer, sentinel_failure = core.sentinel_answer, core.sentinel_failure
+local format, concat, tostring = string.format, table.concat, tostring
 local match, min = string.match, math.min
 local ipairs, pairs, next, tonumber, insert, remove, setmetatable =
     ipairs, pairs, next, tonumber, table.insert, table.remove, setmetatable
@@ -34,7 +36,8 @@ local io
 function _M.init(primitives) io = primitives end
 
 local DICT = "redlock_sentinel"
-local TIMEOUT_CAP = 500 -- ms: a dead sentinel must not cost a whole connect timeout
+-- ms: a dead sentinel must not cost a whole connect timeout (csrc/defaults.h)
+local TIMEOUT_CAP = core.defaults.sentinel_cap
 local SWITCH_CHANNEL = "+switch-master"
 
 -- This worker's +switch-master subscriptions, by set of sentinels (their
@@ -62,7 +65,7 @@ function _M.new(spec, connect_timeout, timeout)
     local st = {
         nodes = nodes,
         master_name = spec.master_name,
-        check_ms = spec.sentinel_check or 1000,
+        check_ms = spec.sentinel_check or core.defaults.sentinel_check,
         -- (0 would be lua_socket_*_timeout for a cosocket: 60 s by default)
         connect_timeout = connect_timeout > 0 and min(connect_timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
         timeout = timeout > 0 and min(timeout, TIMEOUT_CAP) or TIMEOUT_CAP,
@@ -119,17 +122,16 @@ local function ask(st, node)
         node.spec.password and ngx.md5((node.spec.username or "") .. "\0" .. node.spec.password) or "")
     local sock, rd = open_node(st, node, pool)
     if not sock then return nil, rd end
-    local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name))
-    if not done then
+    local done, v, msg = io.exchange(sock, rd, encode("SENTINEL", "get-master-addr-by-name", st.master_name),
+        true)
+    if not done or v == nil then
         sock:close()
-        return nil, format("connection: %s: %s", node.name, tostring(v))
+        return nil, format("connection: %s: %s", node.name, tostring(done and msg or v))
     end
-    sock:setkeepalive(60000, 4)
-    if v == core.null then return false end
-    if type(v) == "table" and type(v[1]) == "string" and tonumber(v[2]) then
-        return v[1], tonumber(v[2])
-    end
-    return nil, format("server: %s: %s", node.name, msg or "not a sentinel's answer")
+    sock:setkeepalive(core.defaults.keepalive_timeout, 4)
+    local host, port = sentinel_answer(v, node.name) -- the core's reading
+    v:free()
+    return host, port
 end
 
 -- Asks the sentinels in turn: host, port or nil, message.
@@ -146,21 +148,14 @@ local function locate(st)
             why[#why + 1] = port
         end
     end
-    local reasons = concat(why, "; ")
-    if unknown > 0 then
-        return nil, format("connection: sentinel:%s: master name unknown: %d of %d sentinels monitor "
-            .. "no master of that name%s", st.master_name, unknown, #nodes,
-            reasons ~= "" and (" (" .. reasons .. ")") or "")
-    end
-    return nil, format("connection: sentinel:%s: no sentinel reachable (%s)", st.master_name, reasons)
+    return nil, sentinel_failure(st.master_name, unknown, #nodes, concat(why, "; "))
 end
 
--- A +switch-master message: "<name> <old ip> <old port> <new ip> <new
--- port>". Every watched state of that master takes the new address now.
+-- A +switch-master message (the topology core reads it: name, new host and
+-- port). Every watched state of that master takes the new address now.
 local function switched(w, payload)
-    local name, host, port = match(payload, "^(%S+) %S+ %d+ (%S+) (%d+)$")
+    local name, host, port = core.sentinel_switch(payload)
     if not name then return end
-    port = tonumber(port)
     local dict = ngx.shared[DICT]
     local ngx_wait = require "redlock.ngx_wait"
     for st in pairs(w.states) do
@@ -235,12 +230,6 @@ function _M.forget(server)
     st.host, st.port, st.checked = nil, nil, -math.huge
     local dict = ngx.shared[DICT]
     if dict then dict:delete(st.dict_key) end
-end
-
---- Whether a server error says the node is a replica now.
-function _M.demoted(msg)
-    return type(msg) == "string" and (msg:find("READONLY", 1, true) ~= nil
-        or msg:find("replica instance", 1, true) ~= nil)
 end
 
 return _M

@@ -7,6 +7,9 @@ local find, match, gsub, char = string.find, string.match, string.gsub, string.c
 
 local _M = {}
 
+-- Timeouts and sizes: csrc/defaults.h, the one definition for C and Lua.
+local core_defaults = require("redlock.core").defaults
+
 _M.DEFAULTS = {
     ttl = 10000,
     wait = 10000,
@@ -14,14 +17,14 @@ _M.DEFAULTS = {
     retry_jitter = 50,
     drift_factor = 0.01,
     mode = "auto",
-    connect_timeout = 1000,
-    timeout = 1000,
+    connect_timeout = core_defaults.connect_timeout,
+    timeout = core_defaults.timeout,
     server_backoff = 1000,
-    keepalive_timeout = 60000,
-    pool_size = 32,
+    keepalive_timeout = core_defaults.keepalive_timeout,
+    pool_size = core_defaults.pool_size,
     fence = true,
     replicas = 0,
-    replica_timeout = 1000,
+    replica_timeout = core_defaults.replica_timeout,
     aof = false,
     legacy_value = "token",
 }

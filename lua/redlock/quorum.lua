@@ -38,7 +38,7 @@ function _M.quorum(n) return floor(n / 2) + 1 end
 -- ttl/200 kept within 10..50 (the Redis documentation suggests 5-50 ms for
 -- a 10 s ttl; below 10 ms a busy host misses it too often).
 function _M.server_timeout(client, ttl)
-    return client.opts.server_timeout or min(50, max(10, floor(ttl / 200)))
+    return client.opts.server_timeout or min(core.defaults.server_timeout, max(10, floor(ttl / 200)))
 end
 
 --- Raises unless the servers are distinct: two entries for one Redis
@@ -116,21 +116,9 @@ local function ask(client, list, timeout, name, interpret, seq, rep, ...)
             end
             return fanout_eval(cs, timeout, name, ...)
         end
+        -- (a stale connection, a redirection, a master turned replica:
+        -- the fan-out sends again itself, as the topology core says)
         local vals, errs, cods, flgs, acks, fsyncs = send(conns, ...)
-        local again, at
-        for k = 1, #conns do
-            if flgs[k] == "stale" then
-                again, at = again or {}, at or {}
-                again[#again + 1], at[#at + 1] = conns[k], k
-            end
-        end
-        if again then
-            local v2, e2, c2, f2, a2, s2 = send(again, ...)
-            for m, k in ipairs(at) do
-                vals[k], errs[k], cods[k], flgs[k] = v2[m], e2[m], c2[m], f2[m]
-                if rep then acks[k], fsyncs[k] = a2[m], s2[m] end
-            end
-        end
         for k = 1, #conns do
             local j = pos[k]
             if vals[k] ~= nil then

@@ -1,0 +1,507 @@
+/* The topology core (csrc/topo.h): decisions only. No socket, no Lua, no
+ * clock: the drivers pass the time and carry out the verdicts. */
+#define _GNU_SOURCE
+#include "topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "defaults.h"
+#include "slot.h"
+
+#define ERRLEN REDLOCK_TOPO_ERRLEN
+
+static int starts(const char *s, size_t len, const char *w) {
+    size_t n = strlen(w);
+    return len >= n && memcmp(s, w, n) == 0;
+}
+
+static int has_word(const char *s, size_t len, const char *word) {
+    size_t w = strlen(word), i;
+    for (i = 0; i + w <= len; i++)
+        if (memcmp(s + i, word, w) == 0)
+            return 1;
+    return 0;
+}
+
+static int is_word(const char *s, size_t len, const char *w) {
+    size_t n = strlen(w);
+    return len == n && strncasecmp(s, w, n) == 0;
+}
+
+void redlock_append_why(char *why, size_t whylen, const char *msg) {
+    size_t used = strlen(why);
+    if (used + 1 >= whylen)
+        return;
+    snprintf(why + used, whylen - used, "%s%.150s", used ? "; " : "", msg);
+}
+
+void redlock_attempt_start(redlock_attempt *a, int slot, double now_ms, int limit_ms) {
+    memset(a, 0, sizeof *a);
+    a->slot = slot;
+    a->deadline = now_ms + (limit_ms > 0 ? limit_ms : REDLOCK_DEFAULT_TIMEOUT);
+    a->pause = REDLOCK_PAUSE_FIRST;
+    a->node = -1;
+}
+
+int redlock_command_slot(int argc, const char **argv, const size_t *argvlen) {
+    static const char *const keyless[] = {"PING", "INFO", "TIME", "SCRIPT", "ROLE", "CLUSTER",
+                                          "ASKING", "AUTH", "SELECT", "MULTI", "EXEC",
+                                          "DISCARD", "UNWATCH", "PUBLISH", "SUBSCRIBE", "WAIT",
+                                          "WAITAOF", "HELLO", "CLIENT", "COMMAND", "SENTINEL",
+                                          NULL};
+    size_t len0;
+    int i, k = 1;
+    if (argc < 1)
+        return -1;
+    len0 = argvlen ? argvlen[0] : strlen(argv[0]);
+    if (is_word(argv[0], len0, "EVALSHA") || is_word(argv[0], len0, "EVAL")) {
+        if (argc < 4 || strtol(argv[2], NULL, 10) < 1)
+            return -1;
+        k = 3;
+    } else {
+        for (i = 0; keyless[i] != NULL; i++)
+            if (is_word(argv[0], len0, keyless[i]))
+                return -1;
+    }
+    if (argc <= k)
+        return -1;
+    return (int)redlock_keyslot(argv[k], argvlen ? argvlen[k] : strlen(argv[k]));
+}
+
+void redlock_cmd_evalsha(redlock_cmd *c, const char *sha, const char *source) {
+    c->argv[0] = "EVALSHA";
+    c->argvlen[0] = 7;
+    c->argv[1] = sha;
+    c->argvlen[1] = 40;
+    c->source = source;
+}
+
+void redlock_cmd_use_eval(redlock_cmd *c) {
+    c->argv[0] = "EVAL";
+    c->argvlen[0] = 4;
+    c->argv[1] = c->source;
+    c->argvlen[1] = strlen(c->source);
+}
+
+int redlock_reply_noscript(const char *err, size_t len) { return starts(err, len, "NOSCRIPT"); }
+
+int redlock_reply_redirect(const char *err, size_t len) {
+    return starts(err, len, "MOVED ") || starts(err, len, "ASK ") || starts(err, len, "TRYAGAIN") ||
+           starts(err, len, "CLUSTERDOWN");
+}
+
+int redlock_reply_demoted(const char *err, size_t len) {
+    return has_word(err, len, "READONLY") || has_word(err, len, "replica instance");
+}
+
+static int fail(redlock_attempt *a, int code, const char *err) {
+    if (err != a->err)
+        snprintf(a->err, ERRLEN, "%s", err);
+    a->code = code;
+    return REDLOCK_FAIL;
+}
+
+int redlock_stale_verdict(redlock_attempt *a, int stale, const char *err) {
+    if (stale && !a->resent++)
+        return REDLOCK_RESEND;
+    return fail(a, 1, err);
+}
+
+int redlock_server_reply(redlock_attempt *a, const char *name, int evalsha, int sentinel,
+                         const char *err, size_t len) {
+    if (evalsha && !a->evaled && redlock_reply_noscript(err, len)) {
+        /* the script cache was flushed (restart, failover, SCRIPT FLUSH):
+         * EVAL runs it and loads it for the next EVALSHA */
+        a->evaled = 1;
+        return REDLOCK_EVAL;
+    }
+    if (sentinel && redlock_reply_demoted(err, len)) {
+        /* refused by a master turned replica: nothing was written; the
+         * sentinels are asked again and the command goes to the new one */
+        snprintf(a->err, ERRLEN, "connection: %s: the master became a replica (%.*s)", name,
+                 (int)(len > 80 ? 80 : len), err);
+        a->code = 1;
+        return a->reloaded++ ? REDLOCK_FAIL : REDLOCK_RELOAD;
+    }
+    return REDLOCK_DONE;
+}
+
+/* --- Cluster ----------------------------------------------------------- */
+
+redlock_cluster_map *redlock_map_new(void) {
+    redlock_cluster_map *m = calloc(1, sizeof *m);
+    if (m != NULL)
+        m->ask_slot = m->ask_node = m->moved_slot = m->moved_node = -1;
+    return m;
+}
+
+void redlock_map_free(redlock_cluster_map *m) {
+    int i;
+    if (m == NULL)
+        return;
+    for (i = 0; i < m->n; i++)
+        free(m->nodes[i].host);
+    free(m->nodes);
+    free(m);
+}
+
+int redlock_map_node(redlock_cluster_map *m, const char *host, size_t hostlen, int port) {
+    redlock_topo_node *k;
+    int i;
+    for (i = 0; i < m->n; i++) {
+        k = &m->nodes[i];
+        if (k->port == port && strlen(k->host) == hostlen && memcmp(k->host, host, hostlen) == 0)
+            return i;
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 8;
+        redlock_topo_node *nodes = realloc(m->nodes, (size_t)cap * sizeof *nodes);
+        if (nodes == NULL)
+            return -1;
+        m->nodes = nodes;
+        m->cap = cap;
+    }
+    k = &m->nodes[m->n];
+    k->host = strndup(host, hostlen);
+    if (k->host == NULL)
+        return -1;
+    k->port = port;
+    snprintf(k->name, sizeof k->name, memchr(host, ':', hostlen) ? "[%s]:%d" : "%s:%d", k->host,
+             port);
+    return m->n++;
+}
+
+/* A pause before the next try, if it ends before the deadline: PAUSE, with
+ * the pause doubled for the next one; else FAIL with a->err as it is. */
+static int pause_or_fail(redlock_attempt *a, double now_ms) {
+    if (now_ms + a->pause > a->deadline)
+        return fail(a, a->code ? a->code : 2, a->err);
+    a->wait_ms = a->pause;
+    if (a->pause < REDLOCK_PAUSE_MAX)
+        a->pause *= 2;
+    return REDLOCK_PAUSE;
+}
+
+int redlock_map_target(redlock_cluster_map *m, redlock_attempt *a, double now_ms) {
+    int slot = a->slot;
+    a->asking = 0;
+    if (slot >= 0 && slot == m->ask_slot && m->ask_node >= 0 && m->ask_node < m->n) {
+        a->node = m->ask_node;
+        a->asking = 1;
+        m->ask_slot = m->ask_node = -1;
+        return REDLOCK_GO;
+    }
+    if (slot < 0) {
+        if (m->n == 0)
+            return fail(a, 1, "connection: cluster: no node known");
+        a->node = m->any >= 0 && m->any < m->n ? m->any : 0;
+        return REDLOCK_GO;
+    }
+    if (!m->loaded)
+        return REDLOCK_RELOAD;
+    if (m->owner[slot] == 0) {
+        /* A map without the slot: loaded while the slot had no master (a
+         * failover, DELSLOTS/ADDSLOTS) or from a node that dropped it. That
+         * passes: pause and load the map again, until the deadline. */
+        snprintf(a->err, ERRLEN, "server: %s: no node serves slot %d (CLUSTERDOWN?)",
+                 m->n > 0 ? m->nodes[0].name : "cluster", slot);
+        a->code = 2;
+        m->loaded = 0;
+        return pause_or_fail(a, now_ms);
+    }
+    a->node = m->owner[slot] - 1;
+    return REDLOCK_GO;
+}
+
+/* "MOVED 3999 host:port" / "ASK ..." into the slot and the node's index;
+ * -1 when it does not parse (or no memory). */
+static int redirect_target(redlock_cluster_map *m, const char *err, size_t len, int *slot) {
+    char buf[300];
+    char *sp1, *sp2, *colon, *end, *host;
+    long s, port;
+    size_t hostlen;
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, err, len);
+    buf[len] = '\0';
+    sp1 = strchr(buf, ' ');
+    if (sp1 == NULL)
+        return -1;
+    s = strtol(sp1 + 1, &sp2, 10);
+    if (*sp2 != ' ' || s < 0 || s >= REDLOCK_SLOTS)
+        return -1;
+    colon = strrchr(sp2 + 1, ':');
+    if (colon == NULL)
+        return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (port < 1 || port > 65535)
+        return -1;
+    *slot = (int)s;
+    host = sp2 + 1;
+    hostlen = (size_t)(colon - host);
+    if (hostlen >= 2 && host[0] == '[' && host[hostlen - 1] == ']') { /* [v6]:port */
+        host++;
+        hostlen -= 2;
+    }
+    return redlock_map_node(m, host, hostlen, (int)port);
+}
+
+int redlock_map_reply(redlock_cluster_map *m, redlock_attempt *a, int evalsha, const char *err,
+                      size_t len, double now_ms) {
+    const char *node = a->node >= 0 && a->node < m->n ? m->nodes[a->node].name : "cluster";
+    int transient = 0;
+    if (evalsha && !a->evaled && redlock_reply_noscript(err, len)) {
+        a->evaled = 1;
+        return REDLOCK_EVAL; /* (to the same node, after ASKING again if it was an ASK) */
+    }
+    if (starts(err, len, "ASK ")) {
+        int slot = -1, idx = redirect_target(m, err, len, &slot);
+        m->ask_slot = idx >= 0 ? slot : -1;
+        m->ask_node = idx;
+    } else if (starts(err, len, "MOVED ")) {
+        /* a resharding moves many slots: the whole map is reloaded, but
+         * this MOVED is believed for its slot (the node asked may lag) */
+        int slot = -1, idx = redirect_target(m, err, len, &slot);
+        m->moved_slot = idx >= 0 ? slot : -1;
+        m->moved_node = idx;
+        if (idx >= 0)
+            m->owner[slot] = (unsigned short)(idx + 1);
+        m->loaded = 0;
+    } else if (starts(err, len, "CLUSTERDOWN")) {
+        m->loaded = 0; /* the map may change with the failover */
+        transient = 1;
+    } else if (starts(err, len, "TRYAGAIN")) {
+        transient = 1;
+    } else {
+        return REDLOCK_DONE;
+    }
+    snprintf(a->err, ERRLEN, "server: %s: %.*s", node, (int)(len > 120 ? 120 : len), err);
+    a->code = 2;
+    /* Refused, not run. TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a
+     * failover under way) pass on their own: sent again after a pause until
+     * the deadline, not a count; past REDLOCK_QUICK_TRIES redirections a
+     * command waits before each further one too. */
+    if (transient || ++a->tries > REDLOCK_QUICK_TRIES)
+        return pause_or_fail(a, now_ms);
+    return REDLOCK_RESEND;
+}
+
+int redlock_map_io_failed(redlock_cluster_map *m, redlock_attempt *a, int stale, const char *err,
+                          double now_ms) {
+    snprintf(a->err, ERRLEN, "%s", err);
+    a->code = 1;
+    if (stale && !a->resent++)
+        return REDLOCK_RESEND; /* a dropped idle connection: nothing was sent; once */
+    if (a->slot < 0) {
+        /* no key: any node answers; each once */
+        if (++a->tries >= m->n)
+            return REDLOCK_FAIL;
+        m->any = (a->node + 1) % m->n;
+        return REDLOCK_RESEND;
+    }
+    /* The node may be gone (a failover): load the map from another and
+     * send again, at once the first time, then after pauses until the
+     * deadline (nodes learn a promotion one after another). A command
+     * whose reply was lost may have run: the lock scripts make that safe
+     * to repeat (our own token counts as ours; a second release answers
+     * 0), and the library sends no other command through here. */
+    if (now_ms >= a->deadline)
+        return REDLOCK_FAIL;
+    m->loaded = 0;
+    if (!a->reloaded++)
+        return REDLOCK_RELOAD;
+    return pause_or_fail(a, now_ms);
+}
+
+void redlock_map_load_start(redlock_map_load *l) { memset(l, 0, sizeof *l); }
+
+int redlock_map_load_next(redlock_cluster_map *m, redlock_map_load *l, const char *name, char *err,
+                          int *code) {
+    if (l->again) {
+        l->again = 0;
+        return l->next - 1;
+    }
+    l->resent = 0;
+    if (l->next < m->n)
+        return l->next++;
+    if (l->refused[0] != '\0') {
+        snprintf(err, ERRLEN, "%s", l->refused);
+        *code = 2;
+    } else {
+        snprintf(err, ERRLEN, "connection: %s: no cluster node reachable (%.300s)", name, l->why);
+        *code = 1;
+    }
+    return -1;
+}
+
+/* Reads CLUSTER SLOTS' answer from node from into m's owner table. 0, or -1. */
+static int read_map(redlock_cluster_map *m, int from, const redisReply *r) {
+    size_t i;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    memset(m->owner, 0, sizeof m->owner);
+    for (i = 0; i < r->elements; i++) {
+        const redisReply *range = r->element[i], *master;
+        const char *host;
+        size_t hostlen;
+        long long lo, hi, s;
+        int idx;
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER ||
+            range->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        master = range->element[2];
+        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
+            master->element[0]->type != REDIS_REPLY_STRING ||
+            master->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        lo = range->element[0]->integer;
+        hi = range->element[1]->integer;
+        if (lo < 0 || hi >= REDLOCK_SLOTS || lo > hi)
+            return -1;
+        host = master->element[0]->str;
+        hostlen = master->element[0]->len;
+        /* "" or "?": the node we asked, at the address we asked it on */
+        if (hostlen == 0 || (hostlen == 1 && host[0] == '?')) {
+            host = m->nodes[from].host;
+            hostlen = strlen(host);
+        }
+        idx = redlock_map_node(m, host, hostlen, (int)master->element[1]->integer);
+        if (idx < 0)
+            return -1;
+        for (s = lo; s <= hi; s++)
+            m->owner[s] = (unsigned short)(idx + 1);
+    }
+    return 0;
+}
+
+int redlock_map_load_reply(redlock_cluster_map *m, redlock_map_load *l, int node,
+                           const redisReply *r, char *err) {
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* not a cluster node, or one that cannot answer now (LOADING after
+         * a restart, NOPERM): another node may */
+        if (l->refused[0] == '\0')
+            snprintf(l->refused, ERRLEN, "server: %s: not a cluster node (CLUSTER SLOTS: %.120s)",
+                     m->nodes[node].name, r->str);
+        return 1;
+    }
+    if (read_map(m, node, r) != 0) {
+        snprintf(err, ERRLEN, "server: %s: unexpected answer to CLUSTER SLOTS", m->nodes[node].name);
+        m->loaded = 0;
+        return -1;
+    }
+    /* believe the last MOVED for its slot: the node asked may lag */
+    if (m->moved_slot >= 0)
+        m->owner[m->moved_slot] = (unsigned short)(m->moved_node + 1);
+    m->moved_slot = -1;
+    m->loaded = 1;
+    m->any = node; /* commands without a key go to a node known to answer */
+    return 0;
+}
+
+int redlock_map_load_failed(redlock_cluster_map *m, redlock_map_load *l, int node, int stale,
+                            const char *err) {
+    (void)m;
+    (void)node;
+    if (stale && !l->resent) {
+        l->resent = l->again = 1; /* the same node again, once */
+        return 1;
+    }
+    redlock_append_why(l->why, sizeof l->why, err);
+    return 0;
+}
+
+/* --- Sentinel ---------------------------------------------------------- */
+
+int redlock_sentinel_answer(const redisReply *r, const char *sentinel, char *host, size_t hostlen,
+                            int *port, char *why, size_t whylen) {
+    char msg[200];
+    if (r->type == REDIS_REPLY_NIL)
+        return REDLOCK_MASTER_UNKNOWN;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[0]->len < hostlen) {
+        long p = strtol(r->element[1]->str, NULL, 10);
+        if (p >= 1 && p <= 65535) {
+            memcpy(host, r->element[0]->str, r->element[0]->len);
+            host[r->element[0]->len] = '\0';
+            *port = (int)p;
+            return REDLOCK_MASTER_AT;
+        }
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        snprintf(msg, sizeof msg, "server: %s: %.*s", sentinel, (int)(r->len > 120 ? 120 : r->len),
+                 r->str);
+    else
+        snprintf(msg, sizeof msg, "%s: not a sentinel's answer", sentinel);
+    redlock_append_why(why, whylen, msg);
+    return REDLOCK_SENTINEL_FAILED;
+}
+
+void redlock_sentinel_failure(char *err, size_t errlen, const char *master, int unknown, int n,
+                              const char *why) {
+    if (unknown > 0)
+        snprintf(err, errlen,
+                 "connection: sentinel:%.60s: master name unknown: %d of %d sentinels monitor "
+                 "no master of that name%s%.300s%s",
+                 master, unknown, n, why[0] ? " (" : "", why, why[0] ? ")" : "");
+    else
+        snprintf(err, errlen, "connection: sentinel:%.60s: no sentinel reachable (%.400s)", master,
+                 why);
+}
+
+int redlock_sentinel_switch(const char *msg, size_t len, char *name, size_t namelen, char *host,
+                            size_t hostlen, int *port) {
+    const char *w[5], *p = msg, *end = msg + len;
+    size_t wl[5];
+    long v = 0;
+    size_t i;
+    int k;
+    for (k = 0; k < 5; k++) {
+        while (p < end && *p == ' ')
+            p++;
+        w[k] = p;
+        while (p < end && *p != ' ')
+            p++;
+        wl[k] = (size_t)(p - w[k]);
+        if (wl[k] == 0)
+            return -1;
+    }
+    while (p < end && *p == ' ')
+        p++;
+    if (p != end || wl[0] >= namelen || wl[3] >= hostlen || wl[4] > 5)
+        return -1;
+    for (i = 0; i < wl[4]; i++) {
+        if (w[4][i] < '0' || w[4][i] > '9')
+            return -1;
+        v = v * 10 + (w[4][i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -1;
+    memcpy(name, w[0], wl[0]);
+    name[wl[0]] = '\0';
+    memcpy(host, w[3], wl[3]);
+    host[wl[3]] = '\0';
+    *port = (int)v;
+    return 0;
+}
+
+int redlock_role_verdict(const redisReply *r, const char *name, char *err, size_t errlen) {
+    const redisReply *role = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 ? r->element[0] : NULL;
+    if (role != NULL && role->type != REDIS_REPLY_STRING)
+        role = NULL;
+    if (role != NULL && role->len == 6 && memcmp(role->str, "master", 6) == 0)
+        return 1;
+    if (r->type == REDIS_REPLY_ERROR) { /* NOPERM: the ACL user needs +role */
+        snprintf(err, errlen, "server: %s: ROLE failed: %.*s", name,
+                 (int)(r->len > 120 ? 120 : r->len), r->str);
+        return -1;
+    }
+    snprintf(err, errlen,
+             "connection: %s: the sentinels name a server that is not a master (ROLE: %.*s)", name,
+             role ? (int)(role->len > 40 ? 40 : role->len) : 7, role ? role->str : "no role");
+    return 0;
+}
