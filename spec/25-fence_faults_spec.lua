@@ -32,8 +32,11 @@ end
 
 describe("fences that fail", function()
     local it = helper.needing(it, "script_time")
-    local server, client, data
-    setup(function() server, client, data = helper.single_server() end)
+    local client, data
+    setup(function()
+        local _
+        _, client, data = helper.single_server()
+    end)
     teardown(function() helper.close_all(client, data) end)
     before_each(function() data:command("DEL", COUNTER) end)
 
