@@ -339,8 +339,8 @@ describe("group locks on a Cluster", function()
 end)
 
 describe("a waiting group on any server with scripting (Redis 2.6.12+)", function()
-    local server, client, data
-    setup(function() server, client, data = helper.single_server({ retry_delay = 200, retry_jitter = 0 }) end)
+    local client, data
+    setup(function() local _; _, client, data = helper.single_server({ retry_delay = 200, retry_jitter = 0 }) end)
     teardown(function() helper.close_all(client, data) end)
 
     -- (before Redis 3.2 no TIME in a writing script: it queued nowhere and
