@@ -32,21 +32,18 @@ end
 
 -- One run: requests/s, waits (sorted), failures.
 local function run(notify)
-    local dir = helper.fresh_dir("curl")
     local key = helper.key("bench")
-    local url = server:url(format("/contend?key=%s&notify=%d&ms=%d&i=[1-%d]", key, notify and 1 or 0,
-        HOLD_MS, N))
+    local paths = {}
+    for i = 1, N do
+        paths[i] = format("/contend?key=%s&notify=%d&ms=%d&i=%d", key, notify and 1 or 0, HOLD_MS, i)
+    end
     local t0 = core.now()
-    local out = nginx.read_cmd(format("curl -s --no-progress-meter --parallel --parallel-max %d "
-        .. "--max-time 60 -o %s -w '%%{http_code}\\n' %s", C, helper.quote(dir .. "/r#1"), helper.quote(url)))
+    local codes, bodies = server:parallel(paths, C)
     local secs = (core.now() - t0) / 1000
     local waits, failed, held = {}, 0, 0
-    local i = 0
-    for code in out:gmatch("%d+") do
-        i = i + 1
-        local body = nginx.read(dir .. "/r" .. i) or ""
-        local waited, h = body:match("^(%S+) (%S+)")
-        if code == "200" and tonumber(waited) then
+    for i = 1, N do
+        local waited, h = (bodies[i] or ""):match("^(%S+) (%S+)")
+        if codes[i] == "200" and tonumber(waited) then
             waits[#waits + 1] = tonumber(waited)
             held = held + tonumber(h)
         else

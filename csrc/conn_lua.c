@@ -272,9 +272,13 @@ static int conn_grant(lua_State *L) {
                          (int)(r->len > 200 ? 200 : r->len), r->str);
             else
                 snprintf(u->err, ERRLEN, "server: %s: unexpected reply to XADD", u->name);
+            /* freed first: lua_pushstring may raise (out of memory) */
+            freeReplyObject(r);
+            r = NULL;
             lua_pushstring(L, u->err);
         }
-        freeReplyObject(r);
+        if (r != NULL)
+            freeReplyObject(r);
     }
     return ret;
 }

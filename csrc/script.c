@@ -43,7 +43,8 @@ const redlock_script *redlock_script_find(const char *name) {
  * has the rule's server side): (ms - epoch) * 100 + seq; -1 when
  * seq is 100 or more (it would reach the next ms's fences: the acquire
  * script takes the next ms's first ID instead), the fence would be 2^53
- * or more (not exact as a double), or the ID is malformed. */
+ * or more (not exact as a double), the ID is before the epoch or its
+ * first (fence 0 means "none"), or the ID is malformed. */
 long long redlock_fence_of_id(const char *s, size_t len) {
     unsigned long long ms = 0, seq = 0;
     size_t i = 0, digits = 0;
@@ -58,6 +59,10 @@ long long redlock_fence_of_id(const char *s, size_t len) {
     ms -= (unsigned long long)REDLOCK_FENCE_EPOCH_MS;
     /* (a fence from 2^53 on would not be exact as a Lua 5.1 number) */
     if (ms > (1ULL << 53) / 100 || ms * 100 + seq >= (1ULL << 53))
+        return -1;
+    /* (fence 0 means "none": the epoch's first ID goes to the script,
+     * which takes the next one) */
+    if (ms == 0 && seq == 0)
         return -1;
     return (long long)(ms * 100 + seq);
 }

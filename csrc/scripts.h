@@ -28,9 +28,13 @@
  * counter met on a server with streams (a server upgraded from before
  * 5.0) is replaced by the stream, counting on above its value. Fences
  * stay below 10^14 until 2057: "%.14g" (tostring on Lua 5.1 and LuaJIT)
- * writes them whole. `counter` is the counter's key, or false when the
- * caller asked for no fence. A failure raises the server's error before
- * the caller writes anything. */
+ * writes them whole. Every fence is 1 or more (0 means "no fence" to the
+ * callers): a server clock before 2026 counts on from the epoch's first
+ * IDs (its ms part at least the epoch's), still rising. `counter` is the
+ * counter's key, or false when the caller asked for no fence. A failure
+ * raises the server's error: a script takes it before its first write,
+ * or with try_fence (false on a failure, the error caught) where a
+ * failure must not stop it half-way (a release that hands the key on). */
 #define REDLOCK_FENCE_EPOCH_MS 1767225600000LL
 #define REDLOCK_FENCE_EPOCH "1767225600000"
 #define REDLOCK_SCRIPT_FENCE_FUNCTION                                       \
@@ -61,7 +65,7 @@
     "end\n"                                                                 \
     "local function fence(counter)\n"                                       \
     "  if not counter then return 0 end\n"                                  \
-    "  local id, floor = xadd(counter, '*'), -1\n"                          \
+    "  local id, floor = xadd(counter, '*'), 0\n"                           \
     "  if type(id) ~= 'string' then\n"                                      \
     "    if failed(id, 'nknown') then return counted(counter) end\n"       \
     "    if failed(id, 'WRONGTYPE') then\n"                                 \
@@ -79,6 +83,10 @@
     "  redis.call('XADD', counter, 'MAXLEN', '0',\n"                        \
     "    string.format('%.0f-%d', (f - s) / 100 + EPOCH, s), 'f', '1')\n"   \
     "  return f\n"                                                          \
+    "end\n"                                                                 \
+    "local function try_fence(counter)\n"                                   \
+    "  local ok, f = pcall(fence, counter)\n"                               \
+    "  return ok and f\n"                                                   \
     "end\n"
 
 /* Counting semaphores (limit = N) keep their permits in the lock key itself,
@@ -244,8 +252,15 @@
  * them); a node that refuses to create the set (a Cluster slot migrating)
  * wakes them instead. A waiter that is only woken, or a server without TIME: the key
  * is deleted and the wake-up list holds one element for 1 s (see RELEASE),
- * and the key is published on "redlock:wake". Answers 1 (deleted, nobody
- * served), 3 (handed over or woken). */
+ * and the key is published on "redlock:wake". A hand-off whose fence
+ * fails (a counter of another type, no permission for XADD) wakes the
+ * waiters instead (their own acquire then fails at its fence, before it
+ * writes): each fence is taken before the key is written for that
+ * waiter, and the key, handed to nobody, is deleted, or keeps the readers
+ * already let in with their ttl, never left without one. The writer's key
+ * is set before its list is pushed: a waiter never reads a hand-off of a
+ * key that does not hold its token. Answers 1 (deleted, nobody served), 3
+ * (handed over or woken). */
 #define REDLOCK_SCRIPT_SERVE_QUEUE                                          \
     "local wake = not seeded\n"                                             \
     "local function waiter()\n"                                             \
@@ -260,12 +275,11 @@
     "  redis.call('ZREM', KEYS[2], front)\n"                                \
     "  redis.call('HDEL', KEYS[3], front)\n"                                \
     "end\n"                                                                 \
-    "local function hand(front, ttl, fenced, now)\n"                        \
-    "  local f = fence((fenced == '1' or fenced == '3') and KEYS[5])\n"     \
+    "local function hand(front, f, ttl, now, fenced)\n"                     \
     "  local element = string.format('%.0f %.0f', f, now)\n"               \
     "  if fenced == '2' or fenced == '3' then\n"                            \
-    "    redis.call('PUBLISH', 'redlock:wake', front .. ' ' .. element)\n"  \
-    "    return true\n"                                                     \
+    "    local sent = redis.pcall('PUBLISH', 'redlock:wake', front .. ' ' .. element)\n" \
+    "    return type(sent) == 'number'\n"                                   \
     "  end\n"                                                               \
     "  local list = ARGV[2] .. front\n"                                     \
     "  local pushed = redis.pcall('RPUSH', list, element)\n"               \
@@ -285,17 +299,19 @@
     "        wake = wake or (ttl == '0' and (reader or admitted == 0))\n"   \
     "        break\n"                                                       \
     "      end\n"                                                           \
+    "      local f = try_fence((fenced == '1' or fenced == '3') and KEYS[5])\n" \
+    "      if not f then wake = true break end\n"                           \
     "      if reader then\n"                                                \
     "        if admitted == 0 then\n"                                       \
     "          redis.call('DEL', KEYS[1])\n"                                \
     "          if type(redis.pcall('ZADD', KEYS[1], -1, 'shared')) ~= 'number' then wake = true break end\n" \
     "        end\n"                                                         \
-    "        if not hand(front, ttl, fenced, now) then wake = true break end\n" \
+    "        if not hand(front, f, ttl, now, fenced) then wake = true break end\n" \
     "        redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ttl)), front)\n" \
     "        admitted = admitted + 1\n"                                     \
     "      else\n"                                                          \
-    "        if not hand(front, ttl, fenced, now) then wake = true break end\n" \
     "        redis.call('SET', KEYS[1], front, 'PX', ttl)\n"                \
+    "        if not hand(front, f, ttl, now, fenced) then wake = true break end\n" \
     "        leave(front)\n"                                                \
     "        return 3\n"                                                    \
     "      end\n"                                                           \
@@ -459,7 +475,8 @@
 /* KEYS[1] fence counter; ARGV[1] a fence. Raises the counter to at least
  * the fence, never lowers it: the stream's last ID to the fence's (an
  * explicit XADD, refused when the last ID is already higher), or a string
- * counter's value. Returns 1. Redlock writes a lock's fence back to the
+ * counter's value. Returns 1, or the server's error (never 1 without
+ * the counter raised). Redlock writes a lock's fence back to the
  * servers that granted it, so that the next majority, which shares a
  * server with this one, counts past it. */
 #define REDLOCK_SCRIPT_FENCE_RAISE                                          \
@@ -468,9 +485,7 @@
     "local s = f % 100\n"                                                   \
     "local r = xadd(KEYS[1], string.format('%.0f-%d', (f - s) / 100 + EPOCH, s))\n" \
     "if type(r) == 'string' or failed(r, 'smaller') then return 1 end\n"   \
-    "if not (failed(r, 'nknown') or failed(r, 'WRONGTYPE')) then\n"        \
-    "  return redis.call('XADD', KEYS[1], 'MAXLEN', '0', '*', 'f', '1') and 1\n" \
-    "end\n"                                                                 \
+    "if not (failed(r, 'nknown') or failed(r, 'WRONGTYPE')) then return redis.error_reply(r.err) end\n" \
     "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"              \
     "if c < f then redis.call('SET', KEYS[1], ARGV[1]) end\n"              \
     "return 1\n"
@@ -545,8 +560,8 @@
  * with its own ttl as in RELEASE's hand-off, a new fence, and "fence
  * server-ms" pushed to its hand-off list); a waiter that is only woken
  * (nginx, replicas) stops the hand-offs there and is woken, as RELEASE
- * does. The key's PEXPIRE follows its latest permit; no permit left
- * deletes it. */
+ * does; so does a hand-off whose fence fails (see SERVE_QUEUE). The key's
+ * PEXPIRE follows its latest permit; no permit left deletes it. */
 #define REDLOCK_SCRIPT_SEM_RELEASE                                          \
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
     "if not seeded then return 0 end\n"                                     \
@@ -571,7 +586,8 @@
     "  if d then alive, ttl, fenced = string.match(d, '^(%d+) (%d+) (%d) s$') end\n" \
     "  if alive and tonumber(alive) >= now then\n"                          \
     "    if ttl == '0' then wake = true break end\n"                        \
-    "    local f = fence(fenced == '1' and KEYS[5])\n"                      \
+    "    local f = try_fence(fenced == '1' and KEYS[5])\n"                  \
+    "    if not f then wake = true break end\n"                             \
     "    local list = ARGV[2] .. front\n"                                   \
     "    local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
     "    if type(pushed) ~= 'number' then wake = true break end\n"          \

@@ -42,19 +42,12 @@ describe("semaphores and group locks inside nginx", function()
 
     -- n requests to url_of(i), 16 at a time; returns their bodies
     local function requests(n, url_of)
-        local dir = helper.fresh_dir("curl")
-        local list = {}
-        for i = 1, n do list[i] = string.format("-o %s %s", helper.quote(dir .. "/r" .. i),
-            helper.quote(ngx_server:url(url_of(i)))) end
-        local out = nginx.read_cmd("curl -s --no-progress-meter --parallel --parallel-max 16 --max-time 60 "
-            .. "-w '%{http_code}\\n' " .. table.concat(list, " "))
-        local codes = {}
-        for code in out:gmatch("%d+") do codes[#codes + 1] = code end
-        assert.equal(n, #codes)
-        local bodies = {}
+        local paths = {}
+        for i = 1, n do paths[i] = url_of(i) end
+        local codes, bodies = ngx_server:parallel(paths, 16)
         for i = 1, n do
-            local body = (nginx.read(dir .. "/r" .. i) or ""):gsub("%s+$", "")
-            assert.equal("200", codes[i], body)
+            local body = (bodies[i] or ""):gsub("%s+$", "")
+            assert.equal("200", codes[i], "request " .. i .. " answered: " .. body)
             bodies[i] = body
         end
         return bodies

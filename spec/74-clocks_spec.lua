@@ -79,6 +79,23 @@ describe("clock jumps", function()
     teardown(function() helper.stop_all() end)
 
     describe("a server's clock", function()
+        it("before 2026 (the fences' epoch): fences from 1 on, rising", function()
+            local server = skewed_server()
+            set_offset(server.offset, -400 * 86400)
+            local client = redlock.new { servers = { server:url() } }
+            local last = 0
+            for i = 1, 4 do
+                -- (the first by the script, the next without one, then the script again)
+                local lock = assert(client:acquire(helper.key("early")))
+                assert.is_true(lock.fence ~= nil and lock.fence > last,
+                    string.format("grant %d: fence %s after %d", i, tostring(lock.fence), last))
+                last = lock.fence
+                assert.is_true(lock:release())
+            end
+            client:close()
+            server:stop()
+        end)
+
         it("jumping forward by less than the drift allowance: the validity still ends before the key",
             function()
                 local server = skewed_server()

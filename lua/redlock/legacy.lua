@@ -191,6 +191,49 @@ local function put_back(server, caps, key, old, ours, ttl)
     end
 end
 
+-- WATCH key, GET key. The value (or null), or nil, err, code.
+local function watch_get(server, key)
+    local r, err, code = server:call("WATCH", key)
+    if r == nil then return nil, err, code end
+    r, err, code = cmd(server, "GET", key)
+    if r == nil then unwatch(server) end
+    return r, err, code
+end
+
+-- MULTI, cmds, EXEC. The EXEC reply: a list, or null when a watched key
+-- changed (nothing was written); nil, err, code, name of the command that
+-- failed (the transaction is discarded, the watch dropped), and true when
+-- that failure is in EXEC's answer (the commands before it ran).
+local function transact(server, cmds)
+    local conn = server.conn
+    local r, err, code = conn:command("MULTI")
+    if r == nil then
+        unwatch(server)
+        return nil, err, code, "MULTI"
+    end
+    for i = 1, #cmds do
+        r, err, code = conn:command(unpack(cmds[i]))
+        if r == nil then
+            if conn:connected() then conn:command("DISCARD") end
+            return nil, err, code, cmds[i][1]
+        end
+    end
+    r, err, code = conn:command("EXEC")
+    if r == nil then
+        if conn:connected() then conn:command("DISCARD") end
+        return nil, err, code, "EXEC"
+    end
+    if r == null then return r end
+    if type(r) ~= "table" then return unexpected(server, "EXEC", r) end
+    for i = 1, #cmds do
+        local e = r[i]
+        if type(e) == "table" and e.err then
+            return nil, format("server: %s: %s", server.name, e.err), "server", cmds[i][1], true
+        end
+    end
+    return r
+end
+
 -- The fences' clock starts on 2026-01-01 UTC (the acquire script's).
 local FENCE_EPOCH_MS = 1767225600000
 
@@ -214,9 +257,10 @@ local function fence_seeded(server, key, f, t)
     return true, tonumber(r)
 end
 
--- The next fence of a counter stream above `floor`, the way the acquire
--- script takes one (csrc/scripts.h): XADD's ID, or when that gives no
--- fence (a seq over 99) or not one above `above`, the ID of the next fence by an
+-- The next fence of a counter stream above `above` (0 at least: fences
+-- are 1 or more), the way the acquire script takes one (csrc/scripts.h):
+-- XADD's ID, or when that gives no fence (a seq over 99, an ID before the
+-- epoch's second) or not one above `above`, the ID of the next fence by an
 -- explicit XADD (refused when another client's came first: then again).
 -- id: an XADD's answer already in hand, or nil. true, fence | nil, err, code.
 local function stream_fence(server, counter, above, id)
@@ -242,15 +286,62 @@ local function stream_fence(server, counter, above, id)
 end
 
 -- A string counter (from before Redis 5) on a server with streams: replaced
--- by the stream, which counts on above its value (not atomic here: two
--- legacy clients converting at once may restart the stream at the clock
--- twice, as a lost counter does). true, fence | nil, err, code.
-local function convert(server, counter)
-    local c, err, code = cmd(server, "INCR", counter)
-    if c == nil then return nil, err, code end
-    c, err, code = cmd(server, "DEL", counter)
-    if c == nil then return nil, err, code end
-    return stream_fence(server, counter, -1)
+-- by the stream, whose first ID is the fence above the string's value and
+-- at least the server's clock (TIME), as the acquire script does: WATCH,
+-- GET, TIME, then DEL and the XADD of that ID in one MULTI/EXEC, so that
+-- nobody takes a fence from the stream before it is above the old value,
+-- and a conversion by another client (a script's) is never deleted (its
+-- write makes our EXEC nil: look again). Without WATCH (renamed away) the
+-- same steps, not atomic. true, fence | nil, err, code.
+local function convert(server, caps, counter)
+    for _ = 1, MAX_TRIES do
+        local c, err, code
+        if caps.watch then c, err, code = watch_get(server, counter)
+        else c, err, code = cmd(server, "GET", counter) end
+        if c == nil then
+            -- a stream already: someone converted it, above the old value
+            if code == "server" and find(err, "WRONGTYPE", 1, true) then
+                return stream_fence(server, counter, 0)
+            end
+            return nil, err, code
+        end
+        local above = c == null and 0 or tonumber(match(c, "^%-?%d+$") and c)
+        if not above then
+            if caps.watch then unwatch(server) end
+            return nil, format("server: %s: the fence counter %s holds %q, not an integer",
+                server.name, counter, sub(c, 1, 40)), "server"
+        end
+        local t
+        t, err, code = cmd(server, "TIME")
+        if t == nil then
+            if caps.watch then unwatch(server) end
+            return nil, err, code
+        end
+        if type(t) ~= "table" or not tonumber(t[1]) then return unexpected(server, "TIME", t) end
+        local ms = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+        local f = max(above + 1, (ms - FENCE_EPOCH_MS) * 100, 1)
+        local seq = f % 100
+        local steps = { { "DEL", counter }, { "XADD", counter, "MAXLEN", "0",
+            format("%.0f-%d", (f - seq) / 100 + FENCE_EPOCH_MS, seq), "f", "1" } }
+        if caps.watch then
+            local r
+            r, err, code = transact(server, steps)
+            if r == nil then return nil, err, code end
+            if r ~= null then return true, f end
+        else
+            for i = 1, 2 do
+                local r
+                r, err, code = cmd(server, unpack(steps[i]))
+                if r == nil then
+                    -- another client's stream came in between: above ours
+                    if find(err, "smaller", 1, true) then return stream_fence(server, counter, above) end
+                    return nil, err, code
+                end
+            end
+            return true, f
+        end
+    end
+    return nil, format("server: %s: the fence counter keeps changing", server.name), "server"
 end
 
 -- The command that takes a fence from the server's counter.
@@ -265,7 +356,7 @@ local function fence_from(server, key, r, t)
     if type(r) == "string" then
         local f = fence_of(r)
         if f then return true, f end
-        return stream_fence(server, fence_key(key, server.slot_fences), -1, r)
+        return stream_fence(server, fence_key(key, server.slot_fences), 0, r)
     end
     return fence_seeded(server, key, r, t)
 end
@@ -290,7 +381,7 @@ local function finish(server, caps, key, ttl, unfenced)
             f = fence_cmd(server, caps, key)
             r, err, code = cmd(server, unpack(f))
         elseif code == "server" and find(err, "WRONGTYPE", 1, true) then
-            return convert(server, f[2])
+            return convert(server, caps, f[2])
         end
     end
     if r == nil then return nil, err, code end
@@ -300,6 +391,23 @@ local function finish(server, caps, key, ttl, unfenced)
         if t == nil and unknown(err, code) then caps.time = false end
     end
     return fence_from(server, key, r, t)
+end
+
+-- An acquire that wrote the key and then failed (no fence to go with it,
+-- no server ttl set): the key given back by a compare-and-delete (a
+-- release, the legacy way; best effort, else its ttl ends it), and the
+-- failure returned. value: what we wrote (recorded for plain values).
+local function given_back(server, key, token, value, err, code)
+    wrote(server, token, value)
+    _M.release(server, key, token)
+    return nil, err, code
+end
+
+-- finish, with the key given back when it fails.
+local function finished(server, caps, key, token, value, ttl, unfenced)
+    local ok, f, code = finish(server, caps, key, ttl, unfenced)
+    if ok == nil then return given_back(server, key, token, value, f, code) end
+    return ok, f
 end
 
 local bare = {}
@@ -314,7 +422,7 @@ function bare.acquire(server, caps, key, token, ttl, unfenced)
         if r == nil then return nil, err, code end
         if r == 1 then
             wrote(server, token, value)
-            return finish(server, caps, key, ttl, unfenced)
+            return finished(server, caps, key, token, value, ttl, unfenced)
         end
         local cur
         cur, err, code = cmd(server, "GET", key)
@@ -329,7 +437,7 @@ function bare.acquire(server, caps, key, token, ttl, unfenced)
                 if old == nil then return nil, err, code end
                 if old == null or mine(server, token, old) then
                     wrote(server, token, value)
-                    return finish(server, caps, key, ttl, unfenced)
+                    return finished(server, caps, key, token, value, ttl, unfenced)
                 end
                 put_back(server, caps, key, old, value, ttl)
                 return held(server, caps, key, (parse(old)), now)
@@ -342,7 +450,7 @@ function bare.acquire(server, caps, key, token, ttl, unfenced)
             -- ours only if what we displaced was still expired (or gone)
             if old == null or (oexp and oexp < now) then
                 wrote(server, token, value)
-                return finish(server, caps, key, ttl, unfenced)
+                return finished(server, caps, key, token, value, ttl, unfenced)
             end
             put_back(server, caps, key, old, value, ttl)
             if oexp then return false, max(0, oexp - now) end
@@ -395,48 +503,6 @@ end
 ---------------------------------------------------------------------------
 -- With WATCH: every write is conditional on the key being as we read it.
 
--- WATCH key, GET key. The value (or null), or nil, err, code.
-local function watch_get(server, key)
-    local r, err, code = server:call("WATCH", key)
-    if r == nil then return nil, err, code end
-    r, err, code = cmd(server, "GET", key)
-    if r == nil then unwatch(server) end
-    return r, err, code
-end
-
--- MULTI, cmds, EXEC. The EXEC reply: a list, or null when a watched key
--- changed (nothing was written); nil, err, code, name of the command that
--- failed (the transaction is discarded, the watch dropped).
-local function transact(server, cmds)
-    local conn = server.conn
-    local r, err, code = conn:command("MULTI")
-    if r == nil then
-        unwatch(server)
-        return nil, err, code, "MULTI"
-    end
-    for i = 1, #cmds do
-        r, err, code = conn:command(unpack(cmds[i]))
-        if r == nil then
-            if conn:connected() then conn:command("DISCARD") end
-            return nil, err, code, cmds[i][1]
-        end
-    end
-    r, err, code = conn:command("EXEC")
-    if r == nil then
-        if conn:connected() then conn:command("DISCARD") end
-        return nil, err, code, "EXEC"
-    end
-    if r == null then return r end
-    if type(r) ~= "table" then return unexpected(server, "EXEC", r) end
-    for i = 1, #cmds do
-        local e = r[i]
-        if type(e) == "table" and e.err then
-            return nil, format("server: %s: %s", server.name, e.err), "server", cmds[i][1]
-        end
-    end
-    return r
-end
-
 -- A failed transaction: true if a capability turned out missing (the caller
 -- looks again without it), else false.
 local function lost_cap(caps, err, code, failed)
@@ -481,15 +547,22 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
             steps[3] = fence_cmd(server, caps, key)
             if caps.time and not caps.streams then steps[4] = { "TIME" } end
         end
-        local r, failed
-        r, err, code, failed = transact(server, steps)
-        if r == nil and failed == "XADD" and code == "server" and find(err, "WRONGTYPE", 1, true) then
+        local r, failed, ran
+        r, err, code, failed, ran = transact(server, steps)
+        if r == nil and ran and failed == "XADD" and find(err, "WRONGTYPE", 1, true) then
             -- a string counter (from before Redis 5): the stream replaces
-            -- it; the key now holds our token, which we look at again
+            -- it; the key now holds our token (WATCH: our write was the one
+            -- the GET decided), which we look at again
+            wrote(server, token, value)
             local ok
-            ok, err, code = convert(server, steps[3][2])
-            if ok == nil then return nil, err, code end
+            ok, err, code = convert(server, caps, steps[3][2])
+            if ok == nil then return given_back(server, key, token, value, err, code) end
         elseif r == nil then
+            -- (a command after the key's write failed in EXEC, or EXEC's
+            -- answer was lost: the key may hold our token)
+            if (ran and failed ~= first[1]) or (failed == "EXEC" and code == "connection") then
+                return given_back(server, key, token, value, err, code)
+            end
             if not lost_cap(caps, err, code, failed) then return nil, err, code end
             if not caps.watch then return bare.acquire(server, caps, key, token, ttl, unfenced) end
         elseif r ~= null then
@@ -497,7 +570,9 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
             if first[1] == "SET" or (first[1] == "SETNX" and old == 1) then
                 wrote(server, token, value)
                 if unfenced then return true, 0 end
-                return fence_from(server, key, r[3], r[4])
+                local ok, f, c = fence_from(server, key, r[3], r[4])
+                if ok == nil then return given_back(server, key, token, value, f, c) end
+                return ok, f
             end
             if first[1] == "GETSET" then
                 -- WATCH makes `old` the expired value we read; still, own
@@ -506,7 +581,9 @@ function guarded.acquire(server, caps, key, token, ttl, unfenced)
                 if old == null or (oexp and oexp < now) then
                     wrote(server, token, value)
                     if unfenced then return true, 0 end
-                    return fence_from(server, key, r[3], r[4])
+                    local ok, f, c = fence_from(server, key, r[3], r[4])
+                    if ok == nil then return given_back(server, key, token, value, f, c) end
+                    return ok, f
                 end
                 put_back(server, caps, key, old, value, ttl)
                 return held(server, caps, key, oexp, now)

@@ -155,8 +155,8 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 -- instead, with the same token; set: the key may hold our token (the
 -- script takes it as ours, with a fence of its own; should the script
 -- fail, the caller gives it back): the XADD's ID gave no fence (a seq over
--- 99, a string counter from before Redis 5, no streams), its answer came
--- too late, or its reply was lost.
+-- 99, a string counter from before Redis 5, no streams, XADD refused),
+-- its answer came too late, or its reply was lost.
 -- ttl_s: the ttl as a string (ms_string); valid_until: when the lock's
 -- validity ends. XADD runs after the SET, but maybe not right after it:
 -- had the key expired in between, a next holder's XADD could have come
@@ -174,16 +174,17 @@ function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
     -- (Server counters only: server.grants is false on a Cluster)
     local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER)
     if taken == 1 then
-        if not fence then
-            -- the key is ours without a fence: give it back
-            _M.release(server, key, token)
-            return nil, msg, "server"
-        end
-        if fence < 0 then
-            -- (-2: no streams, before Redis 5: the script's counter, always)
-            if fence == -2 then server.grants, server.can_grant = false, false end
+        if not fence or fence == -2 then
+            -- -2: no streams (before Redis 5), the script's counter; false:
+            -- another XADD error (no permission, a proxy's own refusal),
+            -- which the script's XADD may not meet, else it fails, and the
+            -- key is given back (redlock.lua). Either way this connection
+            -- asks the script from now on; a new one (a failover, an
+            -- upgraded server) tries again (see answer).
+            server.grants, server.grants_off = false, conn:connects()
             return "script", true
         end
+        if fence < 0 then return "script", true end
         local t = now()
         if t >= valid_until then return "script", true end
         return true, fence, t
@@ -203,7 +204,10 @@ function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then
         -- scripting works here: the next acquire may go without a script
-        if not server.grants then server.grants = server.can_grant end
+        -- (unless grant turned that off on this very connection)
+        if not server.grants and server.can_grant and server.grants_off ~= server.conn:connects() then
+            server.grants = true
+        end
         return true, v
     end
     if taken == 0 and v then

@@ -40,6 +40,9 @@ function _M.new(spec, mode)
         -- streams (before Redis 5), take the scripts' way
         grants = false,
         can_grant = spec.cluster == nil,
+        -- conn:connects() of the connection grant turned itself off on
+        -- (no streams there, or XADD refused): the next one tries again
+        grants_off = false,
         -- read by every lock (redlock.lua, redlock.scripted): present, so
         -- that a read does not go on to the metatable
         refused = false, refused_until = 0, contended = false, woke_key = false,

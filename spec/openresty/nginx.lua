@@ -162,6 +162,31 @@ function Nginx:wait_ready()
     return false
 end
 
+--- Requests to paths (a list), `at_once` at a time (curl --parallel):
+-- their HTTP codes ("200"; "000" when curl got no answer) and bodies (nil
+-- when none came), both in the order of paths. curl writes its -w lines in
+-- the order the transfers end, not that of its URLs: each line names its
+-- output file (filename_effective), which tells whose code it is.
+function Nginx:parallel(paths, at_once)
+    local dir = helper.fresh_dir("curl")
+    local conf = { "globoff", "write-out = \"%{filename_effective} %{http_code}\\n\"" }
+    for i, path in ipairs(paths) do
+        conf[#conf + 1] = string.format('url = "%s"\noutput = "%s/r%d"', self:url(path), dir, i)
+    end
+    local f = assert(io.open(dir .. "/curl.conf", "w"))
+    f:write(table.concat(conf, "\n"), "\n")
+    f:close()
+    local out = read_cmd(string.format("curl -s --no-progress-meter --parallel --parallel-max %d "
+        .. "--max-time 60 -K %s", at_once, helper.quote(dir .. "/curl.conf")))
+    local codes, bodies = {}, {}
+    for i, code in out:gmatch("/r(%d+) (%d+)") do codes[tonumber(i)] = code end
+    for i = 1, #paths do
+        codes[i] = codes[i] or "none"
+        bodies[i] = read(dir .. "/r" .. i)
+    end
+    return codes, bodies
+end
+
 --- curl in the background (at most max_time s, default 30); returns a
 -- handle with done() and wait().
 function Nginx:bg(path, max_time)
