@@ -40,17 +40,20 @@ local function run(notify)
     local t0 = core.now()
     local codes, bodies = server:parallel(paths, C)
     local secs = (core.now() - t0) / 1000
-    local waits, failed = {}, 0
+    local waits, failed, held = {}, 0, 0
     for i = 1, N do
-        local wait = codes[i] == "200" and tonumber(bodies[i])
-        if wait then
-            waits[#waits + 1] = wait
+        local waited, h = (bodies[i] or ""):match("^(%S+) (%S+)")
+        if codes[i] == "200" and tonumber(waited) then
+            waits[#waits + 1] = tonumber(waited)
+            held = held + tonumber(h)
         else
             failed = failed + 1
         end
     end
     table.sort(waits)
-    return N / secs, waits, failed
+    -- the serial limit: one hold after another, as long as ngx.sleep's
+    -- holds really took in this run
+    return N / secs, waits, failed, #waits > 0 and 1000 * #waits / held or 0
 end
 
 local median = helper.median
@@ -61,12 +64,15 @@ local rows = {
     { name = "default (notified)", notify = true },
     { name = "notify = false (polling)", notify = false },
 }
-for _, row in ipairs(rows) do row.rps, row.p50, row.p99, row.max, row.failed = {}, {}, {}, {}, 0 end
+for _, row in ipairs(rows) do
+    row.rps, row.p50, row.p99, row.max, row.limit, row.failed = {}, {}, {}, {}, {}, 0
+end
 run(true) -- warm-up: connections, the workers' subscribers
 for _ = 1, ROUNDS do
     for _, row in ipairs(rows) do -- interleaved: the machine's noise hits both
-        local rps, waits, failed = run(row.notify)
+        local rps, waits, failed, limit = run(row.notify)
         row.rps[#row.rps + 1] = rps
+        row.limit[#row.limit + 1] = limit
         row.p50[#row.p50 + 1] = percentile(waits, 0.5) or 0
         row.p99[#row.p99 + 1] = percentile(waits, 0.99) or 0
         row.max[#row.max + 1] = waits[#waits] or 0
@@ -80,5 +86,15 @@ for _, row in ipairs(rows) do
 end
 print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx",
     median(rows[1].rps) / median(rows[2].rps), median(rows[1].p99) / median(rows[2].p99)))
+-- against the ideals: a FIFO queue of C requests each holding HOLD_MS
+-- waits about C x HOLD_MS; one hold after another serves 1000 / HOLD_MS
+-- requests/s (nominal), or 1000 / the mean hold ngx.sleep really gave
+local fifo = C * HOLD_MS
+for _, row in ipairs(rows) do
+    print(format("%-26s wait p99 %.2fx and max %.2fx the FIFO ideal (%d ms); req/s %.2fx the serial limit "
+        .. "(%.0f/s measured, %.2fx the nominal %.0f/s)", row.name, median(row.p99) / fifo,
+        median(row.max) / fifo, fifo, median(row.rps) / median(row.limit), median(row.limit),
+        median(row.rps) / (1000 / HOLD_MS), 1000 / HOLD_MS))
+end
 server:stop()
 helper.stop_all()

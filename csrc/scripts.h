@@ -156,8 +156,9 @@
  * or 5 keys with a fence, 1 or 4 without); ARGV[1] token, ARGV[2] ttl in
  * ms, ARGV[3] (a waiter) ms its next block lasts at most (its remaining
  * wait, at most redlock.notify's RECHECK_MS), ARGV[4] (a waiter) "h" when
- * it blocks on its hand-off list and may be handed the lock, "w" when it
- * only wants to be woken.
+ * it blocks on its hand-off list and may be handed the lock, "p" when it
+ * may be handed the lock and learns of it from a message (inside nginx,
+ * see RELEASE), "w" when it only wants to be woken.
  * Returns {1, fence} when we hold the lock (fence 0 when none was asked
  * for), {0, pttl} when another holder does (pttl -1: the key has no expiry,
  * e.g. written by hand), and to a waiter {0, pttl, server ms} (0 without
@@ -177,7 +178,10 @@
  * (its next block is bounded by the holder's pttl and ARGV[3]; a waiter
  * that has not asked again by then, plus SLACK, is skipped and dropped, so
  * one that died costs a hand-off at most once), and for
- * "h" the ttl and fence a hand-off gives it (ttl 0: wake it only). The
+ * "h" and "p" the ttl and fence a hand-off gives it (ttl 0: wake it only;
+ * fenced 0 or 1, plus 2 for "p": an older release, which knows 0 and 1
+ * only, hands such a waiter the lock unfenced by its list, and the
+ * waiter's next attempt takes it with a fence). The
  * queue and the data live at least as long as any member counts as
  * waiting: a release (even one that comes before the waiter blocks) knows
  * to hand over or wake, and without waiters does no such work. A refusal
@@ -215,7 +219,7 @@
     "    redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
     "  end\n"                                                               \
     "  redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
-    "    ARGV[4] == 'h' and ARGV[2] or '0', counter and 1 or 0))\n"     \
+    "    ARGV[4] ~= 'w' and ARGV[2] or '0', (counter and 1 or 0) + (ARGV[4] == 'p' and 2 or 0)))\n" \
     "  for i = 2, 3 do\n"                                                   \
     "    if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
     "  end\n"                                                               \
@@ -272,9 +276,14 @@
     "  redis.call('ZREM', KEYS[2], front)\n"                                \
     "  redis.call('HDEL', KEYS[3], front)\n"                                \
     "end\n"                                                                 \
-    "local function hand(front, f, ttl, now)\n"                             \
+    "local function hand(front, f, ttl, now, fenced)\n"                     \
+    "  local element = string.format('%.0f %.0f', f, now)\n"               \
+    "  if fenced == '2' or fenced == '3' then\n"                            \
+    "    local sent = redis.pcall('PUBLISH', 'redlock:wake', front .. ' ' .. element)\n" \
+    "    return type(sent) == 'number'\n"                                   \
+    "  end\n"                                                               \
     "  local list = ARGV[2] .. front\n"                                     \
-    "  local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
+    "  local pushed = redis.pcall('RPUSH', list, element)\n"               \
     "  if type(pushed) ~= 'number' then return false end\n"                 \
     "  redis.call('PEXPIRE', list, ttl)\n"                                  \
     "  return true\n"                                                       \
@@ -291,19 +300,19 @@
     "        wake = wake or (ttl == '0' and (reader or admitted == 0))\n"   \
     "        break\n"                                                       \
     "      end\n"                                                           \
-    "      local f = try_fence(fenced == '1' and KEYS[5])\n"               \
+    "      local f = try_fence((fenced == '1' or fenced == '3') and KEYS[5])\n" \
     "      if not f then wake = true break end\n"                           \
     "      if reader then\n"                                                \
     "        if admitted == 0 then\n"                                       \
     "          redis.call('DEL', KEYS[1])\n"                                \
     "          if type(redis.pcall('ZADD', KEYS[1], -1, 'shared')) ~= 'number' then wake = true break end\n" \
     "        end\n"                                                         \
-    "        if not hand(front, f, ttl, now) then wake = true break end\n"  \
+    "        if not hand(front, f, ttl, now, fenced) then wake = true break end\n" \
     "        redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ttl)), front)\n" \
     "        admitted = admitted + 1\n"                                     \
     "      else\n"                                                          \
     "        redis.call('SET', KEYS[1], front, 'PX', ttl)\n"                \
-    "        if not hand(front, f, ttl, now) then wake = true break end\n"  \
+    "        if not hand(front, f, ttl, now, fenced) then wake = true break end\n" \
     "        leave(front)\n"                                                \
     "        return 3\n"                                                    \
     "      end\n"                                                           \
@@ -347,6 +356,13 @@
  * list one element "fence server-ms", which its BLPOP returns: it holds
  * the lock with no further request, and its validity counts from this
  * server ms (see redlock.notify). The list lives as long as the lock.
+ * A waiter inside nginx ("p" in ACQUIRE) blocks on no connection: its
+ * hand-off goes, instead of the list, as "<token> fence server-ms" on the
+ * channel "redlock:wake", where its worker's subscriber hands it to
+ * exactly that waiter (redlock.ngx_wait): it too holds the lock with no
+ * further request, and no list is left behind for it. One queue, one
+ * script, whatever host each waiter runs in; a PUBLISH only for the
+ * waiters that need one (a Cluster sends each to every node).
  * (Its name is not among KEYS, which the caller cannot know: while a
  * Cluster slot migrates, a node refuses such a key that it does not hold
  * yet; then that waiter is woken instead, below, as its BLPOP also watches

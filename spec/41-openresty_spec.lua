@@ -23,6 +23,11 @@ local SERVER = [[
         location = /probe { content_by_lua_block { require("probe").report() } }
         location = /hold { content_by_lua_block { require("probe").hold() } }
         location = /notified { content_by_lua_block { require("probe").notified() } }
+        location = /fifo { content_by_lua_block { require("probe").fifo() } }
+        location = /fifo_abort {
+            lua_check_client_abort on;
+            content_by_lua_block { require("probe").fifo() }
+        }
         location = /incr_legacy { content_by_lua_block { require("probe").incr_legacy() } }
         location = /incr_redlock { content_by_lua_block { require("probe").incr_redlock() } }
         location = /watch { content_by_lua_block { require("probe").watch() } }
@@ -364,6 +369,125 @@ describe("OpenResty (nginx + Lua module)", function()
             helper.sleep(500)
             assert.equal(1, data:command("EXISTS", "lock:" .. key)) -- the woken waiter holds it
             assert.equal("taken", (waiter.wait()))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        -- The worker's subscriber listens (its first waiter started it):
+        -- later waiters there are handed the lock.
+        local function subscribed(key)
+            local held = assert(core.conn(redis:spec()))
+            local lock_key = "lock:" .. key .. ":warm"
+            assert.equal("OK", held:command("SET", lock_key, "x", "PX", 5000))
+            local body = ngx_server:get("/notified?key=" .. key .. ":warm&wait=50")
+            assert.matches("^timeout", body)
+            held:command("DEL", lock_key)
+            held:close()
+            assert.is_true(helper.eventually(5000, function()
+                return data:command("PUBSUB", "NUMSUB", "redlock:wake")[2] >= 1
+            end), "no subscriber")
+        end
+
+        -- Each waiter's how (ACQUIRE in csrc/scripts.h): "p" an nginx
+        -- waiter handed the lock by a message, "h" one blocked on its list.
+        local function hows(key)
+            local t = {}
+            local d = data:command("HGETALL", "{lock:" .. key .. "}:waiting")
+            for i = 1, #d, 2 do
+                local fenced = tonumber(d[i + 1]:match("^%d+ %d+ (%d)"))
+                t[#t + 1] = fenced >= 2 and "p" or "h"
+            end
+            table.sort(t)
+            return table.concat(t)
+        end
+
+        local function redlock_client() return require("redlock").new { servers = { redis:url() } } end
+
+        local function queued(key)
+            return data:command("ZCARD", "{lock:" .. key .. "}:waiters")
+        end
+
+        local function nothing_left(key)
+            local left = data:command("KEYS", "*lock:" .. key .. "*")
+            assert.same({}, left)
+        end
+
+        it("hands the lock over in the order waiters came, nginx requests and a plain Lua process alike;"
+            .. " a newcomer waits behind them", function()
+            local key = helper.key("fifo")
+            local lock_key = "lock:" .. key
+            subscribed(key)
+            local holder = redlock_client()
+            local lock = assert(holder:acquire(lock_key, { ttl = 10000 }))
+            local function q(hold) return "/fifo?key=" .. key .. "&wait=20000&hold=" .. hold end
+            local a = ngx_server:bg(q(200))
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 1 end))
+            local b = helper.spawn("spec/workers/lock_worker.lua", "wait", redis:url(), lock_key, 10000, 20000,
+                "notify", 200)
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 2 end))
+            local c = ngx_server:bg(q(200))
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 3 end))
+            assert.equal("hpp", hows(key)) -- one queue: two nginx waiters, one outside
+            assert.is_true(lock:release())
+            -- handed over in the release's own step: never free for a newcomer
+            assert.is_string(data:command("GET", lock_key))
+            local _, _, code = holder:try_acquire(lock_key)
+            assert.equal("locked", code)
+            local newcomer = assert(holder:acquire(lock_key, { wait = 20000 }))
+            local came = core.now()
+            local fences = { lock.fence }
+            assert.is_true(newcomer:release())
+            local last = 0
+            for i, w in ipairs { a, b, c } do
+                local out
+                if w.dir then
+                    local status
+                    status, out = w:wait()
+                    assert.equal(0, status, out)
+                else
+                    local code2
+                    out, code2 = w.wait()
+                    assert.equal(200, code2, out)
+                end
+                local at, fence = out:match("acquired (%S+) fence (%d+)")
+                assert(at, "waiter " .. i .. ": " .. out)
+                assert.is_true(tonumber(at) > last, "waiter " .. i .. " out of turn")
+                assert.is_true(tonumber(fence) > fences[#fences], "waiter " .. i .. "'s fence")
+                last, fences[#fences + 1] = tonumber(at), tonumber(fence)
+            end
+            assert.is_true(came > last, "the newcomer went before a waiter")
+            assert.is_true(newcomer.fence > fences[#fences])
+            nothing_left(key)
+            holder:close()
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("a request that ends while it waits (its client went away) leaves the queue, and a lock handed"
+            .. " to it passes on", function()
+            local key = helper.key("abort")
+            local lock_key = "lock:" .. key
+            subscribed(key)
+            local holder = redlock_client()
+            local lock = assert(holder:acquire(lock_key, { ttl = 10000 }))
+            -- its lock would stay 60 s: the next waiter (wait 20 s) would time out
+            local gone = ngx_server:bg("/fifo_abort?key=" .. key .. "&wait=30000&ttl=60000", 1.5)
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 1 end))
+            local b = helper.spawn("spec/workers/lock_worker.lua", "wait", redis:url(), lock_key, 10000, 20000,
+                "notify", 0)
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 2 end))
+            assert.equal("hp", hows(key))
+            assert.is_true(helper.eventually(5000, gone.done)) -- curl gave up after 1.5 s
+            -- nginx ended the request (lua_check_client_abort): it logs a 499
+            assert.is_true(helper.eventually(5000, function()
+                return (nginx.read(ngx_server.dir .. "/access.log") or ""):find("/fifo_abort%?key=" .. key
+                    :gsub("%p", "%%%0") .. "[^\n]* 499 ") ~= nil
+            end), "the request did not end")
+            assert.is_true(lock:release())
+            local status, out = b:wait()
+            assert.equal(0, status, out)
+            assert.matches("acquired", out)
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 0 end))
+            nothing_left(key)
+            holder:close()
             assert.same({}, ngx_server:errors())
         end)
 

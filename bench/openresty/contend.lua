@@ -1,7 +1,7 @@
 --- The handler of `make bench-nginx` (bench/nginx.lua), loaded into nginx
 -- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N takes
 -- lock:K (waiting up to 10 s), holds it N ms, releases it, and answers the
--- ms it waited for it.
+-- ms it waited for it and the ms its hold (ngx.sleep) really took.
 local redlock = require "redlock"
 local counter = require "counter"
 local core = require "redlock.core"
@@ -31,9 +31,11 @@ function _M.contend()
         ngx.status = 503
         return ngx.say(err)
     end
+    local t1 = now()
     ngx.sleep((tonumber(ngx.var.arg_ms) or 3) / 1000)
+    local held = now() - t1
     lock:release()
-    ngx.say(format("%.3f", waited))
+    ngx.say(format("%.3f %.3f", waited, held))
 end
 
 return _M

@@ -58,6 +58,10 @@ function _M.sleep(ms)
     return core_sleep(ms)
 end
 
+--- A single lock's waiter may be handed the lock (through its worker's
+-- subscriber, redlock.ngx_wait); a kind's is woken (redlock.lua).
+_M.hands_off = "single"
+
 local Server = setmetatable({}, { __index = blocking.Server })
 Server.__index = Server
 _M.Server = Server
@@ -211,6 +215,8 @@ function _M.new(spec, mode, o)
         pinned = setmetatable({}, { __mode = "k" }),
         -- connections made with setup() (see Server:connects)
         made = 0,
+        -- each request's last refusal's server ms (redlock.notify.refused_at)
+        refused_by = setmetatable({}, { __mode = "k" }),
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
@@ -265,13 +271,24 @@ function _M.open(server, read_ms)
 end
 
 --- Waiting for a release: a blocking BLPOP per waiter has no place in an
--- nginx worker; one subscriber per worker wakes its waiters instead
--- (redlock.ngx_wait). nil: the caller sleeps (polls) this time.
--- since: when the attempt that failed was sent (core.now()).
-function Server:wait(key, ms, since)
+-- nginx worker; one subscriber per worker hands its waiters the lock, or
+-- wakes them (redlock.ngx_wait). nil: the caller sleeps (polls) this time.
+-- since: when the attempt that failed was sent (core.now()); token: the
+-- waiter's, when a release may hand it the lock ("p", see handoff_how):
+-- then "handed", fence, since when it did.
+function Server:wait(key, ms, since, token)
     -- (legacy mode's releases publish nothing: its waiters poll)
     if not self.ops.wait or not yieldable() then return nil end
-    return ngx_wait.wait(self, key, ms, since)
+    return ngx_wait.wait(self, key, ms, since, token)
+end
+
+--- How a single lock's waiter joins the queue (redlock.scripted; ACQUIRE in
+-- csrc/scripts.h): "p", handed the lock by a message to its worker's
+-- subscriber, when that subscriber listens and this phase can wait for it;
+-- else "w", woken only (it polls meanwhile, see redlock.ngx_wait).
+function Server:handoff_how()
+    if yieldable() and ngx_wait.listening(self) then return "p" end
+    return "w"
 end
 
 --- How many connections to this server this worker has made (pooled

@@ -4,28 +4,45 @@
 -- (redlock.notify); a worker serving thousands of requests cannot hold a
 -- connection per waiting request. Here, each worker keeps one subscriber
 -- per server, started by the first waiter: a timer that SUBSCRIBEs to the
--- channel the release script publishes the lock key on when it wakes
--- waiters (csrc/scripts.h, RELEASE), and wakes that worker's waiters of the
--- key through an ngx.semaphore. A release thus wakes a waiter within a
--- round trip instead of a poll interval, and a waiting request holds no
--- connection.
+-- channel the release script publishes on (csrc/scripts.h, RELEASE).
 --
--- The subscriber wakes one waiter of the key per message and worker; the
--- waiter tries again, and a newcomer may beat it (no hand-off: a waiter here
--- blocks on no connection of its own, so it joins the waiters queue as one
--- that is only woken; see redlock.notify). Until the
--- subscriber has subscribed, and whenever it has lost its connection, wait
--- answers nil and the caller polls (retry_delay plus jitter): never worse
--- than polling. A release seen after the waiter's last attempt, but before
--- it came to wait, makes wait answer at once. The subscriber stops after
--- IDLE_MS without waiters, when its worker exits, and on a connection it
--- lost it reconnects while there are waiters.
+-- The hand-off: a single lock's waiter joins the lock's waiters queue as
+-- one that is handed the lock by a message ("p", once its worker's
+-- subscriber listens: redlock.cosocket's handoff_how), the same queue as
+-- the waiters outside nginx. The release that finds it at the front gives
+-- it the lock in its atomic step and publishes "<token> fence server-ms";
+-- the subscriber hands that to exactly the waiter of that token (an
+-- ngx.semaphore of its own), which then holds the lock with no further
+-- request. A message that comes before its waiter waits (the refusal's
+-- answer still on its way) is kept REMEMBER_MS for it.
+--
+-- A waiter whose request ended while it waited (the client went away with
+-- lua_check_client_abort, ngx.exit from another thread, a killed light
+-- thread): nginx takes it off its semaphore, which the subscriber sees
+-- (sema:count() is no longer negative while the waiter's entry says it
+-- waits). At its next tick, or at once when a hand-off for it comes, the
+-- subscriber makes it leave the queue (GIVE_UP) and passes a lock handed
+-- to it on (released, so that the next waiter gets it), from a timer.
+--
+-- Waiters that are only woken (a kind's, one whose lock waits for
+-- replicas, one that joined before its subscriber listened): the release
+-- publishes the lock key, and the subscriber wakes one of that worker's
+-- waiters of the key, which tries again (a newcomer may beat it).
+-- Until the subscriber has subscribed, and whenever it has lost its
+-- connection, wait answers nil and the caller polls (retry_delay plus
+-- jitter): never worse than polling. A wake-up seen after the waiter's last
+-- attempt, but before it came to wait, makes wait answer at once. The
+-- subscriber stops after IDLE_MS without waiters, when its worker exits,
+-- and on a connection it lost it reconnects while there are waiters (each
+-- waiter then tries again: a hand-off sent meanwhile is its attempt's).
 local core = require "redlock.core"
 local pubsub = require "redlock.ngx_pubsub"
+local notify = require "redlock.notify"
 
 local ngx = rawget(_G, "ngx")
 local now = core.now
-local next, pairs = next, pairs
+local next, pairs, match = next, pairs, string.match
+local handed, refused_at_of = notify.handed, notify.refused_at
 
 local _M = {}
 
@@ -51,18 +68,102 @@ local CAN_WAIT = {
 -- idle_since.
 local subscribers = {}
 
-local function wake_all(sub)
-    for _, w in pairs(sub.waiting) do w.sema:post(w.n) end
+-- A waiter's entry (sub.tokens) that waits on its semaphore, not yet
+-- woken: blocked(e). One whose request ended while it waited: gone(e), the
+-- entry says it waits but nobody waits on the semaphore (nginx took the
+-- waiter off). (A woken one, e.posted, resumes within the event loop's
+-- turn; one still not resumed a tick later is gone too.)
+local function blocked(e) return e.blocked and not e.posted and e.sema:count() < 0 end
+local function gone(e, t)
+    if not e.blocked then return false end
+    if e.posted then return t - e.posted > pubsub.TICK_MS end
+    return e.sema:count() >= 0
 end
 
-local function remember(sub, key)
+local function post(e, t)
+    e.posted = t
+    e.sema:post(1)
+end
+
+local function wake_all(sub)
+    for _, w in pairs(sub.waiting) do w.sema:post(w.n) end
     local t = now()
-    if t - sub.swapped_at > REMEMBER_MS then
-        sub.woken_old, sub.woken, sub.swapped_at = sub.woken, {}, t
+    for _, e in pairs(sub.tokens) do
+        if blocked(e) then post(e, t) end
     end
-    sub.woken[key] = t
-    local w = sub.waiting[key]
-    if w then w.sema:post(1) end
+end
+
+-- A waiter gone while it waited leaves the queue; a lock handed to it is
+-- released, which hands it to the next waiter (GIVE_UP, RELEASE), from a
+-- timer (the subscriber's thread reads its connection).
+local function abandon(sub, key, token)
+    ngx.timer.at(0, function()
+        local scripted = require "redlock.scripted"
+        local server = sub.server
+        if scripted.give_up(server, key, token) then scripted.release(server, key, token) end
+    end)
+end
+
+local function rotate(sub, t)
+    if t - sub.swapped_at > REMEMBER_MS then
+        sub.woken_old, sub.woken = sub.woken, {}
+        sub.handed_old, sub.handed = sub.handed, {}
+        sub.swapped_at = t
+    end
+end
+
+-- A message on the channel: a hand-off ("<token> fence server-ms") or a
+-- lock key whose waiters are woken. (A key that reads like a hand-off is
+-- taken for both: a wake-up is only a hint to try again.)
+local function on_message(sub, payload)
+    local t = now()
+    rotate(sub, t)
+    local token, element = match(payload, "^(%x+) (%d+ %d+)$")
+    if token then
+        local e = sub.tokens[token]
+        if e and e.blocked then
+            if e.posted then -- (woken, not yet resumed: it finds the hand-off)
+                e.element = element
+                return
+            end
+            if blocked(e) then
+                e.element = element
+                return post(e, t)
+            end
+            sub.tokens[token] = nil
+            return abandon(sub, e.key, token)
+        end
+        -- its waiter has not come to wait yet (or is between two waits)
+        sub.handed[token] = element
+    end
+    sub.woken[payload] = t
+    local w = sub.waiting[payload]
+    if w and w.n > 0 then return w.sema:post(1) end
+    -- no waiter of the key that is only woken here: one that may be handed
+    -- the lock tries again (a release without a hand-off, e.g. before
+    -- Redis 3.2, deleted the key)
+    for _, e in pairs(sub.tokens) do
+        if e.key == payload and blocked(e) then return post(e, t) end
+    end
+end
+
+local function idle(sub)
+    return next(sub.waiting) == nil and next(sub.tokens) == nil
+end
+
+-- Entries of waiters gone: ended while they waited (abandoned), or not
+-- waiting since the last tick (dropped: a next wait makes a new one).
+local function sweep(sub)
+    local t = now()
+    for token, e in pairs(sub.tokens) do
+        if gone(e, t) then
+            sub.tokens[token] = nil
+            abandon(sub, e.key, token)
+        elseif not e.blocked and t - e.touched > pubsub.TICK_MS then
+            sub.tokens[token] = nil
+        end
+    end
+    if sub.idle_since == nil and idle(sub) then sub.idle_since = t end
 end
 
 -- Every tick (redlock.ngx_pubsub): whether the subscriber stops (worker
@@ -72,6 +173,7 @@ end
 -- subscribes there (releases publish on the master the locks are taken on).
 local function tick(sub)
     local server = sub.server
+    sweep(sub)
     if ngx.worker.exiting() or (sub.idle_since and now() - sub.idle_since > _M.IDLE_MS) then
         sub.stopping = true
     end
@@ -87,7 +189,7 @@ local function run(premature, sub)
     -- the reader gives up on a server silent for three ticks
     local read_ms = 3 * pubsub.TICK_MS + sub.server.timeout
     local h = {
-        message = function(_, key) remember(sub, key) end,
+        message = function(_, payload) on_message(sub, payload) end,
         tick = function() return tick(sub) end,
         wake = sub.wake,
     }
@@ -104,19 +206,25 @@ local function run(premature, sub)
             -- a release may have come while nobody listened: look again
             wake_all(sub)
         end
-        if sub.stopping or ngx.worker.exiting() or next(sub.waiting) == nil then break end
+        if sub.stopping or ngx.worker.exiting() or idle(sub) then break end
         if not sub.moved then ngx.sleep(RECONNECT_MS / 1000) end -- (moved: to the new master at once)
     end
     sub.running, sub.ready, sub.stopping = false, false, false
     wake_all(sub)
 end
 
+local function id_of(server) return server.wait_id or server.pool or server.name end
+
 local function subscriber(server)
-    local id = server.wait_id or server.pool or server.name
+    local id = id_of(server)
     local sub = subscribers[id]
     if not sub then
         sub = { server = server, running = false, stopping = false, ready = false, ready_at = 0, waiting = {},
             woken = {}, woken_old = {}, swapped_at = 0, idle_since = nil,
+            -- the waiters that may be handed the lock, by token: key, sema,
+            -- blocked (waits on sema now), element (the hand-off), touched;
+            -- and hand-offs that came before their waiter waited
+            tokens = {}, handed = {}, handed_old = {},
             -- posted when the sentinels announce a failover: the tick comes at once
             wake = server.sentinel and require("ngx.semaphore").new() or nil }
         subscribers[id] = sub
@@ -137,10 +245,49 @@ function _M.on_switch(st)
     end
 end
 
+--- Whether this worker's subscriber for server listens: its waiters may
+-- be handed the lock ("p", redlock.cosocket's handoff_how).
+function _M.listening(server)
+    local sub = subscribers[id_of(server)]
+    return sub ~= nil and sub.ready
+end
+
+-- A waiter that may be handed the lock (token): "handed", fence, since
+-- when a release handed it, else true (woken, or ms passed).
+local function wait_handed(server, sub, key, ms, since, token)
+    local refused_at = refused_at_of(server) -- (this request's: nothing yielded since)
+    local element = sub.handed[token] or sub.handed_old[token]
+    if element then
+        sub.handed[token], sub.handed_old[token] = nil, nil
+        return "handed", handed(server, element, refused_at)
+    end
+    local seen = sub.woken[key] or sub.woken_old[key]
+    if seen and seen >= since then return true end
+    local e = sub.tokens[token]
+    if not e then
+        e = { key = key, sema = require("ngx.semaphore").new(), blocked = false, posted = false,
+            element = nil, touched = 0 }
+        sub.tokens[token] = e
+    end
+    sub.idle_since = nil
+    e.blocked, e.posted = true, false
+    e.sema:wait(ms / 1000)
+    e.blocked, e.touched = false, now()
+    element = e.element
+    if element then
+        sub.tokens[token] = nil
+        return "handed", handed(server, element, refused_at)
+    end
+    return true
+end
+
 --- Waits until a release of key is published or ms pass: true; nil when
 -- it cannot wait that way yet (the caller polls). since: when the failed
 -- attempt was sent (core.now()); a release after it answers at once.
-function _M.wait(server, key, ms, since)
+-- token: the waiter's, when it joined the queue as one that is handed the
+-- lock ("p"): then "handed", fence, since (see redlock.notify.handed) when
+-- a release did.
+function _M.wait(server, key, ms, since, token)
     if not CAN_WAIT[ngx.get_phase()] then return nil end
     local sub = subscriber(server)
     if not sub.running then
@@ -150,6 +297,7 @@ function _M.wait(server, key, ms, since)
     end
     -- a release between the attempt and the subscription is not seen
     if not sub.ready or not since or since < sub.ready_at then return nil end
+    if token then return wait_handed(server, sub, key, ms, since, token) end
     local seen = sub.woken[key] or sub.woken_old[key]
     if seen and seen >= since then return true end
     local w = sub.waiting[key]
@@ -163,7 +311,7 @@ function _M.wait(server, key, ms, since)
     w.n = w.n - 1
     if w.n == 0 then
         sub.waiting[key] = nil
-        if next(sub.waiting) == nil then sub.idle_since = now() end
+        if idle(sub) then sub.idle_since = now() end
     end
     return true
 end

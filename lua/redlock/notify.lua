@@ -40,6 +40,7 @@ local util = require "redlock.util"
 local companion_key, now = util.companion_key, core.now
 local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
 local ceil, floor = math.ceil, math.floor
+local running = coroutine.running
 
 local _M = {}
 
@@ -68,15 +69,26 @@ function _M.handoff_prefix(key) return companion_key(key, _M.HANDOFF) end
 function _M.handoff_key(key, token) return companion_key(key, _M.HANDOFF) .. token end
 local wake_key, handoff_key = _M.wake_key, _M.handoff_key
 
+--- The server ms of the caller's last refused attempt (redlock.scripted),
+-- or nil. Inside nginx requests share a server: each has its own
+-- (server.refused_by, by coroutine).
+function _M.refused_at(server)
+    local by = server.refused_by
+    if by then return by[running()] end
+    return server.refused_at
+end
+local refused_at_of = _M.refused_at
+
 --- What a hand-off's element says: the fence (0 when none was asked for)
--- and the server ms since the waiter's last refused attempt (server.refused_at,
--- see redlock.scripted), at least 0.
-function _M.handed(server, element)
+-- and the server ms since the waiter's last refused attempt (_M.refused_at),
+-- at least 0. refused_at: that attempt's server ms, when the caller knows
+-- it.
+function _M.handed(server, element, refused_at)
     local fence, at = match(element, "^(%d+) (%d+)$")
     if not fence then return nil end
     -- unknown (no TIME), or a server clock that went back: 0, the least
     -- (the lock then counts from before the last attempt)
-    local refused_at = server.refused_at or 0
+    refused_at = refused_at or refused_at_of(server) or 0
     local since = refused_at > 0 and tonumber(at) - refused_at or 0
     if since < 0 then since = 0 end
     return tonumber(fence), since

@@ -10,6 +10,7 @@ local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
     notify.wake_key, notify.data_key, notify.handoff_key, notify.handoff_prefix, notify.waiters_key
 local format = string.format
 local now = require("redlock.core").now
+local running = coroutine.running
 
 local _M = { name = "script" }
 
@@ -124,8 +125,13 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
         local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
-        -- (a server that refused BLPOP: polled, so only woken)
-        local how = handoff and not server.no_notify and "h" or "w"
+        -- (a server that refused BLPOP: polled, so only woken; inside
+        -- nginx, server.handoff_how says, redlock.cosocket)
+        local how = "w"
+        if handoff and not server.no_notify then
+            local f = server.handoff_how
+            how = f and f(server) or "h"
+        end
         if unfenced then
             taken, v, at = eval_values(conn, "acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
@@ -205,7 +211,12 @@ function _M.answer(server, taken, v, at)
         return true, v
     end
     if taken == 0 and v then
-        if at then server.refused_at = at end
+        if at then
+            server.refused_at = at
+            -- (inside nginx, requests share the server: each its own)
+            local by = server.refused_by
+            if by then by[running()] = at end
+        end
         return false, v
     end
     if taken == nil then return nil, v, at end

@@ -187,12 +187,13 @@ function Nginx:parallel(paths, at_once)
     return codes, bodies
 end
 
---- curl in the background; returns a handle with done() and wait().
-function Nginx:bg(path)
+--- curl in the background (at most max_time s, default 30); returns a
+-- handle with done() and wait().
+function Nginx:bg(path, max_time)
     local dir = helper.fresh_dir("curl")
     sh(string.format("sh -c %s &", helper.quote(string.format(
-        "curl -s --max-time 30 -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
-        helper.quote(self:url(path)), dir, dir))))
+        "curl -s --max-time %s -w '\\n%%{http_code} %%{time_total}' %s >%s/out 2>&1; echo $? >%s/status",
+        tostring(max_time or 30), helper.quote(self:url(path)), dir, dir))))
     local h = {}
     function h.done() return read(dir .. "/status") ~= nil end
     function h.wait()

@@ -116,6 +116,21 @@ function _M.notified()
     ngx.say("taken")
 end
 
+--- GET /fifo?key=K&wait=MS&hold=MS&ttl=MS: as /notified (polling would
+-- sleep 10 s), and answers "acquired <core.now()> fence <fence>" (the
+-- monotonic clock, which other processes share) after holding the lock.
+function _M.fifo()
+    local r = counter.redis
+    local client = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+    local lock, err = client:acquire("lock:" .. ngx.var.arg_key)
+    if not lock then return ngx.say(err) end
+    local line = string.format("acquired %.3f fence %d", require("redlock.core").now(), lock.fence)
+    ngx.sleep((tonumber(ngx.var.arg_hold) or 0) / 1000)
+    local ok, rerr = lock:release()
+    ngx.say(ok and line or tostring(rerr))
+end
+
 -- WATCH, GET, MULTI, SET, EXEC on one server, with sleeps between, as
 -- legacy mode runs them: every step must reach the same connection.
 local function transaction(server, key, value)
