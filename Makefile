@@ -19,7 +19,7 @@ HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
-	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas \
+	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas \
 	bench-sentinel \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
@@ -137,7 +137,7 @@ demo: deps build
 # adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
 FLOOR       := $(BUILD)/bench/floor
 BENCH_BIN   := $(BUILD)/bench
-BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-server bench-tls bench-cluster bench-replicas
+BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas
 
 $(FLOOR): bench/floor.c csrc/scripts.h Makefile
 	@mkdir -p $(dir $@)
@@ -191,15 +191,27 @@ bench-server: build
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
 
-# Contention inside nginx: the default client against notify = false
-# (bench/nginx.lua); nginx's LuaJIT loads build/jit's core.
-bench-nginx: build build-jit
+# Runs bench/$(1) with a redis-server and an nginx of its own
+# (spec/openresty/nginx.lua), both stopped even when it fails; nginx's
+# LuaJIT loads build/jit's core.
+define nginx_bench
 	@tmp=$$(mktemp -d /tmp/redlock-bench.XXXXXX); \
 	REDLOCK_TEST_TMP=$$tmp LUA_PATH='lua/?.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/?.so;;' \
-	$(LUA) bench/nginx.lua; rc=$$?; \
+	$(LUA) bench/$(1); rc=$$?; \
 	for s in $$tmp/*/stop; do [ -f "$$s" ] && sh "$$s"; done; \
 	for p in $$tmp/*/pid; do [ -f "$$p" ] && kill -KILL "$$(cat "$$p")" 2>/dev/null; done; \
 	rm -rf "$$tmp"; exit $$rc
+endef
+
+# Contention inside nginx: the default client against notify = false
+# (bench/nginx.lua).
+bench-nginx: build build-jit
+	$(call nginx_bench,nginx.lua)
+
+# The uncontended lock inside nginx against the same round trips sent by
+# hand over cosockets, fenced and not (bench/nginx_uncontended.lua).
+bench-nginx-uncontended: build build-jit
+	$(call nginx_bench,nginx_uncontended.lua)
 
 # Redlock over 5 servers vs 1, and the hiredis floor (bench/redlock.lua).
 bench-redlock: build $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/delay_proxy

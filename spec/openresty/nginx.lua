@@ -162,22 +162,30 @@ function Nginx:wait_ready()
     return false
 end
 
+-- curl --parallel over paths, `at_once` at a time, with the given
+-- write-out line per transfer; output(i) names where the body of path i
+-- goes. curl's output (the write-out lines, in the order the transfers end).
+local function curl_parallel(self, paths, at_once, write_out, output)
+    local dir = helper.fresh_dir("curl")
+    local conf = { "globoff", "write-out = \"" .. write_out .. "\\n\"" }
+    for i, path in ipairs(paths) do
+        conf[#conf + 1] = string.format('url = "%s"\noutput = "%s"', self:url(path), output(dir, i))
+    end
+    local f = assert(io.open(dir .. "/curl.conf", "w"))
+    f:write(table.concat(conf, "\n"), "\n")
+    f:close()
+    return read_cmd(string.format("curl -s --no-progress-meter --parallel --parallel-max %d "
+        .. "--max-time 60 -K %s", at_once, helper.quote(dir .. "/curl.conf"))), dir
+end
+
 --- Requests to paths (a list), `at_once` at a time (curl --parallel):
 -- their HTTP codes ("200"; "000" when curl got no answer) and bodies (nil
 -- when none came), both in the order of paths. curl writes its -w lines in
 -- the order the transfers end, not that of its URLs: each line names its
 -- output file (filename_effective), which tells whose code it is.
 function Nginx:parallel(paths, at_once)
-    local dir = helper.fresh_dir("curl")
-    local conf = { "globoff", "write-out = \"%{filename_effective} %{http_code}\\n\"" }
-    for i, path in ipairs(paths) do
-        conf[#conf + 1] = string.format('url = "%s"\noutput = "%s/r%d"', self:url(path), dir, i)
-    end
-    local f = assert(io.open(dir .. "/curl.conf", "w"))
-    f:write(table.concat(conf, "\n"), "\n")
-    f:close()
-    local out = read_cmd(string.format("curl -s --no-progress-meter --parallel --parallel-max %d "
-        .. "--max-time 60 -K %s", at_once, helper.quote(dir .. "/curl.conf")))
+    local out, dir = curl_parallel(self, paths, at_once, "%{filename_effective} %{http_code}",
+        function(d, i) return string.format("%s/r%d", d, i) end)
     local codes, bodies = {}, {}
     for i, code in out:gmatch("/r(%d+) (%d+)") do codes[tonumber(i)] = code end
     for i = 1, #paths do
@@ -185,6 +193,22 @@ function Nginx:parallel(paths, at_once)
         bodies[i] = read(dir .. "/r" .. i)
     end
     return codes, bodies
+end
+
+--- As parallel, for a benchmark: the bodies go to /dev/null (a file per
+-- response costs curl more than nginx takes to answer), and each answer
+-- says its HTTP code and the value of its response header `header`: a
+-- list of { code, value } (value "" when the header was absent), in the
+-- order the transfers ended.
+function Nginx:parallel_header(paths, at_once, header)
+    local out = curl_parallel(self, paths, at_once, "%{http_code} %header{" .. header .. "}",
+        function() return "/dev/null" end)
+    local answers = {}
+    for line in out:gmatch("[^\n]+") do
+        local code, value = line:match("^(%d+) ?(.*)$")
+        if code then answers[#answers + 1] = { code, value } end
+    end
+    return answers
 end
 
 --- curl in the background (at most max_time s, default 30); returns a
