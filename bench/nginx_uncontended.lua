@@ -10,18 +10,19 @@
 -- starts examples/openresty). Target (issue 37): at least 0.9x.
 -- The verdict is on the median of the per-round ratios: the two rows of a
 -- pair run one after the other, under the same load from the rest of the
--- machine, which changes from round to round.
+-- machine, which changes from round to round; many short rounds (about
+-- 0.15 s a row) scatter less than a few long ones.
 -- One worker by default: with more, the kernel spreads curl's C
 -- connections over the workers differently in every run (all on one, or
 -- split), and the rounds' figures scatter by that more than by the lock.
---   make bench-nginx-uncontended   (N=3000 C=8 WORKERS=1 ROUNDS=11)
+--   make bench-nginx-uncontended   (N=1500 C=8 WORKERS=1 ROUNDS=21)
 local helper = require "helper"
 local nginx = require "openresty.nginx"
 local core = require "redlock.core"
 
 local format = string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
-local N, C, WORKERS, ROUNDS = env("N", 3000), env("C", 8), env("WORKERS", 1), env("ROUNDS", 11)
+local N, C, WORKERS, ROUNDS = env("N", 1500), env("C", 8), env("WORKERS", 1), env("ROUNDS", 21)
 local TARGET = 0.9
 
 local missing = nginx.missing()
@@ -94,7 +95,7 @@ for _, row in ipairs(rows) do row.rps, row.us, row.w, row.r, row.failed = {}, {}
 for _, p in ipairs(pairs_) do p.ratios = {} end
 
 print(format("bench-nginx-uncontended: %d requests per row and round, %d at a time (curl --parallel), "
-    .. "%d workers, one key per request; median of %d rounds", N, C, WORKERS, ROUNDS))
+    .. "%d nginx worker(s), one key per request; median of %d rounds", N, C, WORKERS, ROUNDS))
 for _, row in ipairs(rows) do run(row.how) end -- warm-up: pools, scripts, the JIT
 for r = 1, ROUNDS do
     local from, to, step = 1, #rows, 1
