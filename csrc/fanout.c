@@ -147,6 +147,8 @@ static void fail(slot *s, int rc, int flag, const char *fmt, ...) {
             return;
         }
     }
+    if (rc == RC_CONNECTION && flag == F_TIMEOUT && s->owner != NULL)
+        redlock_map_silent(s->owner->cluster->map, &s->att); /* no time to resend */
     s->rc = rc;
     s->flag = flag;
     s->state = S_DONE;

@@ -44,6 +44,7 @@ void redlock_attempt_start(redlock_attempt *a, int slot, double now_ms, int limi
     a->deadline = now_ms + (limit_ms > 0 ? limit_ms : REDLOCK_DEFAULT_TIMEOUT);
     a->pause = REDLOCK_PAUSE_FIRST;
     a->node = -1;
+    a->failed_node = -1;
 }
 
 int redlock_command_slot(int argc, const char **argv, const size_t *argvlen) {
@@ -202,6 +203,8 @@ int redlock_map_target(redlock_cluster_map *m, redlock_attempt *a, double now_ms
     }
     if (!m->loaded)
         return REDLOCK_RELOAD;
+    if (now_ms >= a->deadline && m->owner[slot] - 1 == a->failed_node)
+        return fail(a, a->code, a->err); /* the map reloaded past the deadline: same node */
     if (m->owner[slot] == 0) {
         /* A map without the slot: loaded while the slot had no master (a
          * failover, DELSLOTS/ADDSLOTS) or from a node that dropped it. That
@@ -289,6 +292,11 @@ int redlock_map_reply(redlock_cluster_map *m, redlock_attempt *a, int evalsha, c
     return REDLOCK_RESEND;
 }
 
+void redlock_map_silent(redlock_cluster_map *m, redlock_attempt *a) {
+    a->failed_node = a->node;
+    m->loaded = 0;
+}
+
 int redlock_map_io_failed(redlock_cluster_map *m, redlock_attempt *a, int stale, const char *err,
                           double now_ms) {
     snprintf(a->err, ERRLEN, "%s", err);
@@ -302,15 +310,17 @@ int redlock_map_io_failed(redlock_cluster_map *m, redlock_attempt *a, int stale,
         m->any = (a->node + 1) % m->n;
         return REDLOCK_RESEND;
     }
-    /* The node may be gone (a failover): load the map from another and
-     * send again, at once the first time, then after pauses until the
+    /* The node may be gone (a failover, or cut off: its connects and
+     * reads time out). Load the map from another node and send again: at
+     * once the first time, also past the deadline (a read that timed out
+     * spent it all; without a reload every later command would go to the
+     * dead node again and never see the promoted replica), but then only
+     * to another node (redlock_map_target); then after pauses until the
      * deadline (nodes learn a promotion one after another). A command
      * whose reply was lost may have run: the lock scripts make that safe
      * to repeat (our own token counts as ours; a second release answers
      * 0), and the library sends no other command through here. */
-    if (now_ms >= a->deadline)
-        return REDLOCK_FAIL;
-    m->loaded = 0;
+    redlock_map_silent(m, a);
     if (!a->reloaded++)
         return REDLOCK_RELOAD;
     return pause_or_fail(a, now_ms);

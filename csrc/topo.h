@@ -68,6 +68,7 @@ typedef struct redlock_attempt {
     int reloaded;       /* state reloads for this command */
     int evaled;         /* NOSCRIPT answered with EVAL (once) */
     int node, asking;   /* REDLOCK_GO: where, and whether after ASKING */
+    int failed_node;    /* the node whose connection failed last, -1: none */
     int code;           /* REDLOCK_FAIL: 1 connection, 2 server */
     char err[REDLOCK_TOPO_ERRLEN];
 } redlock_attempt;
@@ -146,10 +147,22 @@ int redlock_map_target(redlock_cluster_map *m, redlock_attempt *a, double now_ms
 int redlock_map_reply(redlock_cluster_map *m, redlock_attempt *a, int evalsha, const char *err,
                       size_t len, double now_ms);
 
+/* Node a->node did not answer in time and the command has no time left to
+ * send again (the Redlock fan-out's one pass): its map is not believed
+ * any more, so the next command loads it afresh (the node may be cut off,
+ * its replica promoted), and a reload that names that node again fails
+ * the command at once. redlock_map_io_failed does this too. */
+void redlock_map_silent(redlock_cluster_map *m, redlock_attempt *a);
+
 /* After a connection failure on node a->node (err: the driver's message):
  * a stale connection is sent again once; a command with a key has the map
  * reloaded (the node may be gone: a failover) and is sent again, after a
- * pause from the second time, until the deadline; a command without one
+ * pause from the second time, until the deadline. The first reload comes
+ * also past the deadline (a read that timed out spent it all), and its
+ * resend only to another node (redlock_map_target fails it otherwise): a
+ * silent node costs one timeout, not one per command, once the cluster
+ * has promoted its replica. A driver tells its timeouts here too (stale
+ * 0). A command without one
  * goes to the next node, each node once. REDLOCK_RESEND, REDLOCK_RELOAD,
  * REDLOCK_PAUSE or REDLOCK_FAIL (a->err = err). */
 int redlock_map_io_failed(redlock_cluster_map *m, redlock_attempt *a, int stale, const char *err,

@@ -2,7 +2,7 @@
 # `make test`: every suite, one after another, each ending with its own
 # "N passed, M failed" line; then the totals of all suites, alone on the
 # last line. A suite that exits non-zero without counting a failure counts
-# as one failure.
+# as one failure. Each suite's time is in the summary.
 set -u
 cd "$(dirname "$0")/.."
 SUITES=${SUITES:-"unit lint m32 sanitize valgrind fuzz-smoke matrix servers"}
@@ -13,8 +13,10 @@ trap 'rm -rf "$work"' EXIT
 total_passed=0
 total_failed=0
 summary=""
+started=$(date +%s)
 for suite in $SUITES; do
     echo "=== $suite"
+    t0=$(date +%s)
     { make -s "test-$suite"; echo $? >"$work/rc"; } 2>&1 | tee "$work/log"
     rc=$(cat "$work/rc")
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$work/log" | tail -n 1)
@@ -25,9 +27,9 @@ for suite in $SUITES; do
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))
-    summary="$summary  $suite: $p passed, $f failed\n"
+    summary="$summary  $suite: $p passed, $f failed ($(($(date +%s) - t0)) s)\n"
 done
-echo "=== summary"
+echo "=== summary ($(($(date +%s) - started)) s)"
 printf "$summary"
 echo "$total_passed passed, $total_failed failed"
 [ "$total_failed" -eq 0 ]

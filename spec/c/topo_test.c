@@ -179,6 +179,28 @@ int main(void) {
     v = redlock_map_io_failed(m, &a, 0, "connection: x: refused", t + 1000);
     check(v == REDLOCK_FAIL && a.code == 1 && strcmp(a.err, "connection: x: refused") == 0,
           "at the deadline: FAIL with the connection's error");
+    /* a node cut off silently: the read timed out at the deadline; the
+     * map is reloaded all the same, and the command sent again if the slot
+     * has another owner now (its replica promoted), else it fails there */
+    m->loaded = 1;
+    redlock_attempt_start(&a, slot, t, 300);
+    check(redlock_map_target(m, &a, t) == REDLOCK_GO && a.node == 0, "to the slot's owner");
+    v = redlock_map_io_failed(m, &a, 0, "connection: x: timed out", t + 300);
+    check(v == REDLOCK_RELOAD && !m->loaded, "timed out at the deadline: RELOAD all the same");
+    m->loaded = 1;
+    check(redlock_map_target(m, &a, t + 310) == REDLOCK_FAIL && a.code == 1 &&
+              strcmp(a.err, "connection: x: timed out") == 0,
+          "the reloaded map names the same node: FAIL with its error, no second timeout");
+    redlock_attempt_start(&a, slot, t, 300);
+    check(redlock_map_target(m, &a, t) == REDLOCK_GO && a.node == 0, "to the slot's owner again");
+    v = redlock_map_io_failed(m, &a, 0, "connection: x: timed out", t + 300);
+    m->loaded = 1;
+    m->owner[slot] = 2;
+    check(v == REDLOCK_RELOAD && redlock_map_target(m, &a, t + 310) == REDLOCK_GO && a.node == 1,
+          "the reloaded map names another node (a promotion): sent there, past the deadline");
+    check(redlock_map_io_failed(m, &a, 0, "connection: y: timed out", t + 610) == REDLOCK_FAIL,
+          "that one failing too: FAIL");
+    m->owner[slot] = 1;
     redlock_attempt_start(&a, -1, t, 1000);
     a.node = 0;
     check(redlock_map_io_failed(m, &a, 0, "connection: x: refused", t) == REDLOCK_RESEND && m->any == 1,
