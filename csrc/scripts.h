@@ -112,6 +112,25 @@
     "  redis.call('PEXPIRE', " key ", math.max(1, tonumber(top[2]) - now))\n" \
     "end\n"
 
+/* The grant of a holder set (a semaphore's permits, a shared lock's
+ * readers): a fence, the set made with its marker member (`score`,
+ * `member`: what kind of set it is) if new, the holder's expiry as its
+ * score, the set's ttl its latest holder's, and the holder out of the
+ * queue (KEYS[2] waiters, KEYS[3] their data, KEYS[4] its hand-off
+ * list). Defines the script's grant(); needs key, ttl, now, counter and
+ * fence(). */
+#define REDLOCK_SCRIPT_HOLDERS_GRANT(score, member)                         \
+    "local function grant()\n"                                              \
+    "  local f = fence(counter)\n"                                          \
+    "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, " score ", '" member "') end\n" \
+    "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
+    REDLOCK_SCRIPT_SET_TTL("key")                                           \
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
+    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
+    "  redis.call('DEL', KEYS[4])\n"                                        \
+    "  return {1, f}\n"                                                     \
+    "end\n"
+
 /* A key that is not a string is no single lock. Readers (a sorted set
  * with the member "shared", see RW_READ) hold it: `var` becomes "" (held
  * by another) for a writer to wait. Anything else answers {2, limit}
@@ -540,16 +559,7 @@
     "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key)\n"      \
     "  elseif -tonumber(l) ~= limit then return {2, -tonumber(l)} end\n"    \
     "elseif kind ~= 'none' then return {2, 0} end\n"                        \
-    "local function grant()\n"                                              \
-    "  local f = fence(counter)\n"                                          \
-    "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -limit, 'limit') end\n" \
-    "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
-    REDLOCK_SCRIPT_SET_TTL("key")                                           \
-    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
-    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
-    "  redis.call('DEL', KEYS[4])\n"                                        \
-    "  return {1, f}\n"                                                     \
-    "end\n"                                                                 \
+    REDLOCK_SCRIPT_HOLDERS_GRANT("-limit", "limit")                           \
     "if redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n"      \
     "local free = limit - math.max(0, redis.call('ZCARD', key) - 1)\n"      \
     "local ahead, i = 0, 0\n"                                               \
@@ -752,16 +762,7 @@
     "  redis.call('ZREMRANGEBYSCORE', key, 0, now)\n"                       \
     "  if redis.call('ZCARD', key) == 1 then redis.call('DEL', key) kind = 'none' end\n" \
     "elseif kind ~= 'none' then return {2, 0} end\n"                        \
-    "local function grant()\n"                                              \
-    "  local f = fence(counter)\n"                                          \
-    "  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, -1, 'shared') end\n" \
-    "  redis.call('ZADD', key, string.format('%.0f', now + ttl), ARGV[1])\n" \
-    REDLOCK_SCRIPT_SET_TTL("key")                                           \
-    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"                              \
-    "  redis.call('HDEL', KEYS[3], ARGV[1])\n"                              \
-    "  redis.call('DEL', KEYS[4])\n"                                        \
-    "  return {1, f}\n"                                                     \
-    "end\n"                                                                 \
+    REDLOCK_SCRIPT_HOLDERS_GRANT("-1", "shared")                           \
     "if kind == 'zset' and redis.call('ZSCORE', key, ARGV[1]) then return grant() end\n" \
     "if not pttl then\n"                                                    \
     "  local i, writer = 0, false\n"                                        \

@@ -137,9 +137,7 @@ local function expire_cmd(caps, key, ms)
     return { "EXPIRE", key, format("%d", ceil(ms / 1000)) }
 end
 
-local function unexpected(server, what, r)
-    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
-end
+local unexpected = util.unexpected
 
 -- Commands after the first of a sequence never go through Server:call's
 -- retry on a fresh connection: the server forgets WATCH and MULTI with the

@@ -27,7 +27,7 @@ local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
 local concat, sort = table.concat, table.sort
-local ipairs, type, tostring, setmetatable = ipairs, type, tostring, setmetatable
+local ipairs, type, setmetatable = ipairs, type, setmetatable
 
 local _M = { name = "quorum" }
 
@@ -173,9 +173,7 @@ local function mark_down(client, list, st, codes, t)
     end
 end
 
-local function unexpected(server, what, r)
-    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
-end
+local unexpected = require("redlock.util").unexpected
 
 local function acquire_reply(server, r)
     if type(r) ~= "table" then return unexpected(server, "acquire", r) end

@@ -8,7 +8,6 @@ local replicas = require "redlock.replicas"
 local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
     notify.wake_key, notify.data_key, notify.handoff_key, notify.handoff_prefix, notify.waiters_key
-local format = string.format
 local now = require("redlock.core").now
 local running = coroutine.running
 
@@ -21,17 +20,7 @@ _M.WAITERS = WAITERS
 local fence_key = util.fence_counter
 _M.fence_key = fence_key
 
-local function unexpected(server, what, r)
-    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
-end
-
--- conn:eval_values, sent once more on a connection the server had dropped
--- (as Server:eval does)
-local function eval_values(conn, ...)
-    local a, b, c, stale = conn:eval_values(...)
-    if a == nil and stale then return conn:eval_values(...) end
-    return a, b, c
-end
+local unexpected, eval_values = util.unexpected, util.eval_values
 
 -- conn:eval_wait (the script and WAIT in one write), sent once more on a
 -- connection the server had dropped. Returns acked, fsynced, values... |

@@ -81,15 +81,10 @@ local function answer(server, key, what, limit, taken, v, at, asked)
     end
     if taken == 2 then return _M.misuse(key, v, limit, server, asked) end
     if taken == nil then return nil, v, at end
-    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(taken)),
-        "server"
+    return util.unexpected(server, what, taken)
 end
 
-local function eval_values(conn, ...)
-    local a, b, c, stale = conn:eval_values(...)
-    if a == nil and stale then return conn:eval_values(...) end
-    return a, b, c
-end
+local eval_values = util.eval_values
 
 local function release(server, name, key, token)
     local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),

@@ -105,6 +105,20 @@ end
 local unpack = table.unpack or unpack -- luacheck: ignore 143
 function _M.unpack(t) return unpack(t, 1, t.n) end
 
+--- nil, "server: <name>: unexpected reply to <what> (<r>)", "server": a
+-- reply no script or command of ours gives (a proxy's, another version's).
+function _M.unexpected(server, what, r)
+    return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
+end
+
+--- conn:eval_values, sent once more on a connection the server had dropped
+-- while idle (stale: nothing was run), as Server:eval does.
+function _M.eval_values(conn, ...)
+    local a, b, c, stale = conn:eval_values(...)
+    if a == nil and stale then return conn:eval_values(...) end
+    return a, b, c
+end
+
 --- A random delay in [0, ms), from the OS source: math.random would need a
 -- seed, and seeding it would change the host application's sequence.
 function _M.jitter(ms)
