@@ -98,6 +98,8 @@ int redlock_reply_demoted(const char *err, size_t len) {
     return has_word(err, len, "READONLY") || has_word(err, len, "replica instance");
 }
 
+int redlock_reply_unblocked(const char *err, size_t len) { return has_word(err, len, "UNBLOCKED"); }
+
 static int fail(redlock_attempt *a, int code, const char *err) {
     if (err != a->err)
         snprintf(a->err, ERRLEN, "%s", err);

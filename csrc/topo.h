@@ -89,6 +89,11 @@ int redlock_reply_redirect(const char *err, size_t len);
 /* READONLY (a write refused by a replica, in a script too), or WAIT on a
  * replica ("WAIT cannot be used with replica instances"). */
 int redlock_reply_demoted(const char *err, size_t len);
+/* A blocked command (BLPOP) ended by the server, not by its timeout:
+ * "UNBLOCKED force unblock from blocking operation, instance state changed
+ * (master -> replica?)" when the server turns replica (Redis 2.8+, Valkey),
+ * or CLIENT UNBLOCK ... ERROR. Nothing was refused: the caller tries again. */
+int redlock_reply_unblocked(const char *err, size_t len);
 
 /* After a connection failure (the command may not have been sent): a stale
  * connection (one made before, closed by the server while idle, so nothing

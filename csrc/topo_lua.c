@@ -16,7 +16,8 @@
  *   map:load_failed(load, i, stale, err) -> true (the same node again) | false
  * core.command_slot(arg, ...) -> the slot of the command's key, -1: none
  * core.topo_reply(kind, err) -> whether err is NOSCRIPT ("noscript"), a
- *   Cluster's refusal ("redirect") or a master turned replica ("demoted")
+ *   Cluster's refusal ("redirect"), a master turned replica ("demoted") or
+ *   a blocked command's end forced by the server ("unblocked")
  * core.sentinel_answer(reply, sentinel) -> host, port | false | nil, why
  * core.sentinel_failure(master, unknown, n, why) -> message
  * core.sentinel_switch(payload) -> name, host, port of a +switch-master | nil
@@ -262,8 +263,10 @@ static int topo_reply(lua_State *L) {
         lua_pushboolean(L, redlock_reply_redirect(err, len));
     else if (strcmp(kind, "demoted") == 0)
         lua_pushboolean(L, redlock_reply_demoted(err, len));
+    else if (strcmp(kind, "unblocked") == 0)
+        lua_pushboolean(L, redlock_reply_unblocked(err, len));
     else
-        return luaL_argerror(L, 1, "noscript, redirect or demoted expected");
+        return luaL_argerror(L, 1, "noscript, redirect, demoted or unblocked expected");
     return 1;
 }
 

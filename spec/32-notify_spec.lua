@@ -506,6 +506,34 @@ describe("notified waiting", function()
         c:close()
     end)
 
+    it("a waiter whose server turns replica while it blocks (UNBLOCKED) is woken, not made to poll for good",
+        function()
+            helper.needs("unblock_on_demote")
+            local other = helper.start_server()
+            finally(function() other:stop() end)
+            local key = helper.key()
+            local lock = assert(client:acquire(key, { ttl = 10000 }))
+            -- (retry_delay 2000: a waiter that polls makes an attempt every 2 s)
+            local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000)
+            assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+            -- a replica and a master again in one step (MULTI: before the
+            -- waiter's next attempt, no sync, the data stays): the server
+            -- answers the blocked waiter "UNBLOCKED ... instance state changed"
+            assert.equal("OK", data:command("MULTI"))
+            data:command("SLAVEOF", "127.0.0.1", other.port)
+            data:command("SLAVEOF", "NO", "ONE")
+            assert.is_table(data:command("EXEC"))
+            assert.equal(0, blocked())
+            assert.is_truthy(data:command("INFO", "replication"):find("role:master", 1, true))
+            -- woken: it asks again at once, is refused by the holder and
+            -- blocks again (one that polls from now on never does)
+            assert.is_true(eventually(5000, function() return blocked() == 1 end), "the waiter polls now")
+            assert.is_true(lock:release())
+            local status, wout = worker:wait()
+            assert.equal(0, status, wout)
+            assert.truthy(wout:find("acquired", 1, true), wout)
+        end)
+
     it("a server without BLPOP falls back to polling", function()
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() }, retry_delay = 20, retry_jitter = 0 }

@@ -159,6 +159,8 @@ local FEATURES = {
     set_px = { 20612, "SET NX PX (script mode)" },
     scan = { 20800, "SCAN" },
     wrongtype = { 20800, "WRONGTYPE errors" },
+    -- (2.8.24 tested; 2.6.17 leaves the client blocked)
+    unblock_on_demote = { 20800, "UNBLOCKED for the blocked clients of a master turned replica" },
     client_kill_type = { 20812, "CLIENT KILL TYPE" },
     evalsha_stats = { 30000, "EVALSHA counted apart from EVAL in INFO commandstats" },
     cluster = { 30000, "Redis Cluster" },

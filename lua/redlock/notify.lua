@@ -37,7 +37,7 @@ local core = require "redlock.core"
 local options = require "redlock.options"
 local util = require "redlock.util"
 
-local companion_key, now = util.companion_key, core.now
+local companion_key, now, topo_reply = util.companion_key, core.now, core.topo_reply
 local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
 local ceil, floor = math.ceil, math.floor
 local running = coroutine.running
@@ -111,6 +111,14 @@ local function whole_seconds_only(err)
     return type(err) == "string" and find(err, "not an integer", 1, true) ~= nil
 end
 
+-- An error that ends a block without refusing BLPOP (the topology core's
+-- rules): the server turned replica while the waiter blocked ("UNBLOCKED
+-- ... instance state changed", Redis 2.8+) or is one now (READONLY), or
+-- CLIENT UNBLOCK ... ERROR. The waiter counts as woken: its next attempt
+-- goes the usual way (to the new master, under Sentinel) and it blocks
+-- again once a master refuses it.
+local function woken(err) return topo_reply("unblocked", err) or topo_reply("demoted", err) end
+
 -- BLPOP's timeout for a block of at most ms (>= 1): seconds with ms
 -- resolution ("0.250"; 0 would block forever), or on a server that takes
 -- whole seconds only the whole seconds within ms ("1"), nil under one:
@@ -134,7 +142,8 @@ end
 -- blocks on the wake-up list). Returns true when it waited (woken or not); "handed", fence, since
 -- (see _M.handed) when it holds the lock now; nil when it could not wait,
 -- and the caller sleeps instead: no connection; a server that refuses
--- BLPOP (renamed away, ACL), which then polls for good; or, on a server
+-- BLPOP (renamed away, ACL), which then polls for good (a block that the
+-- server ended as it turned replica is no refusal: true, see woken); or, on a server
 -- whose BLPOP takes whole seconds only (before Redis 6.0: found from its
 -- version, or from its first refusal of a fraction), a wait under a
 -- second (the last second before the holder's expiry or the waiter's
@@ -176,6 +185,7 @@ function _M.wait(server, key, ms, token, final)
     if r == nil and stale then r, err, code = blpop(conn, key, token, secs) end
     if r == nil then
         if code == "server" then
+            if woken(err) then return true end
             if not server.blpop_whole and whole_seconds_only(err) then
                 server.blpop_whole = true
                 return _M.wait(server, key, ms, token, final)

@@ -263,6 +263,25 @@ int main(void) {
               "+switch-master: the master's name and new address; anything else is no switch");
     }
 
+    {
+        const char *demoted = "UNBLOCKED force unblock from blocking operation, instance state changed "
+                              "(master -> replica?)";
+        const char *old = "UNBLOCKED force unblock from blocking operation, instance state changed "
+                          "(master -> slave?)";
+        const char *client_unblock = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+        const char *refused = "ERR unknown command 'BLPOP'";
+        const char *noperm = "NOPERM this user has no permissions to run the 'blpop' command";
+        check(redlock_reply_unblocked(demoted, strlen(demoted)) &&
+                  redlock_reply_unblocked(old, strlen(old)) &&
+                  redlock_reply_unblocked(client_unblock, strlen(client_unblock)) &&
+                  !redlock_reply_unblocked(refused, strlen(refused)) &&
+                  !redlock_reply_unblocked(noperm, strlen(noperm)) &&
+                  !redlock_reply_demoted(refused, strlen(refused)) &&
+                  !redlock_reply_demoted(noperm, strlen(noperm)),
+              "a block the server ended (turned replica, CLIENT UNBLOCK) is unblocked; a refusal of "
+              "BLPOP is neither unblocked nor demoted");
+    }
+
     printf("1..%d\n", n_test);
     return failed;
 }
