@@ -534,6 +534,22 @@ describe("notified waiting", function()
             assert.truthy(wout:find("acquired", 1, true), wout)
         end)
 
+    it("an error to BLPOP that is no refusal of it (a wake-up list of another type) polls that wait only",
+        function()
+            local c = redlock.new { servers = { server:url() }, retry_delay = 50, retry_jitter = 0 }
+            finally(function() c:close() end)
+            local key = helper.key()
+            local lock = assert(client:acquire(key, { ttl = 10000 }))
+            local wake = "{" .. key .. "}:wake"
+            data:command("SET", wake, "x", "PX", 10000)
+            local none, _, code = c:acquire(key, { wait = 1500 })
+            assert.is_nil(none)
+            assert.equal("timeout", code)
+            assert.is_nil(c.servers[1].no_notify) -- the next wait blocks again
+            data:command("DEL", wake)
+            assert.is_true(lock:release())
+        end)
+
     it("a server without BLPOP falls back to polling", function()
         local old = helper.start_server { config = { 'rename-command BLPOP ""' } }
         local c = redlock.new { servers = { old:url() }, retry_delay = 20, retry_jitter = 0 }

@@ -119,6 +119,15 @@ end
 -- again once a master refuses it.
 local function woken(err) return topo_reply("unblocked", err) or topo_reply("demoted", err) end
 
+-- A refusal of BLPOP itself, for good: the command is unknown (renamed
+-- away, a proxy without it) or the ACL denies it (NOPERM). Any other error
+-- (LOADING, BUSY, a wrong type...) passes: this wait is polled, the next
+-- one blocks again.
+local function refused(err)
+    return type(err) == "string"
+        and (find(err, "unknown command", 1, true) or find(err, "NOPERM", 1, true)) ~= nil
+end
+
 -- BLPOP's timeout for a block of at most ms (>= 1): seconds with ms
 -- resolution ("0.250"; 0 would block forever), or on a server that takes
 -- whole seconds only the whole seconds within ms ("1"), nil under one:
@@ -143,7 +152,8 @@ end
 -- (see _M.handed) when it holds the lock now; nil when it could not wait,
 -- and the caller sleeps instead: no connection; a server that refuses
 -- BLPOP (renamed away, ACL), which then polls for good (a block that the
--- server ended as it turned replica is no refusal: true, see woken); or, on a server
+-- server ended as it turned replica is no refusal: true, see woken; other
+-- errors make this wait polled, see refused); or, on a server
 -- whose BLPOP takes whole seconds only (before Redis 6.0: found from its
 -- version, or from its first refusal of a fraction), a wait under a
 -- second (the last second before the holder's expiry or the waiter's
@@ -190,7 +200,7 @@ function _M.wait(server, key, ms, token, final)
                 server.blpop_whole = true
                 return _M.wait(server, key, ms, token, final)
             end
-            server.no_notify = true
+            if refused(err) then server.no_notify = true end
         end
         return nil
     end
