@@ -171,6 +171,7 @@ local FEATURES = {
     streams = { 50000, "streams (XADD): the fence counter a stream, the acquire without a script" },
     blpop_ms = { 60000, "BLPOP with a fractional timeout" },
     acl = { 60000, "ACL users" },
+    acl_channels = { 60200, "ACL channel rules (&pattern)" },
     functions = { 70000, "FUNCTION/FCALL" },
     waitaof = { 70200, "WAITAOF" },
 }

@@ -30,14 +30,19 @@ fi
 # The specs per server version (x*10000 + y*100 + z). Every version runs
 # the core, lock and legacy specs (01, 03, 10) and what it gives
 # (14-versions); the rest where they tell something about that version:
-#   before 2.6.12  legacy mode only (auto picks it): contention (05) and
-#                  the legacy renewal (12)
+#   before 2.6.12  legacy mode only (auto picks it): contention (05), the
+#                  legacy renewal (12), and auto's detection (13: the old
+#                  wrong-password text, no scripting in mode script)
 #   2.6, 2.8       script mode without TIME in scripts (no hand-off, fences
-#                  from the counter): Redlock (20), fences and keys left
-#                  (22), waiting (32: whole-second BLPOP, woken)
-#   3.2 to 5.0     everything: contention, Redlock, fences, renewal (30),
-#                  waiting with the hand-off on whole-second BLPOP
-#   6.0, 6.2       fractional BLPOP, ACL: Redlock, renewal, waiting
+#                  from the counter): detection (13: MISCONF, EVAL renamed
+#                  away), Redlock (20), fences and keys left (22), waiting
+#                  (32: whole-second BLPOP, woken)
+#   3.2 to 5.0     everything: contention, detection, Redlock, fences,
+#                  renewal (30), waiting with the hand-off on whole-second
+#                  BLPOP
+#   6.0, 6.2       fractional BLPOP, ACL (13: users without +@scripting;
+#                  no channel rules before 6.2): detection, Redlock,
+#                  renewal, waiting
 #   7.2 and later  (Debian's 7.0.15 runs the whole suite): Redlock,
 #                  waiting, and WAITAOF (08-replicas_aof)
 # REDLOCK_TEST_TOPOLOGIES=1 adds the Sentinel (2.8+) and Cluster (3.0+)
@@ -50,14 +55,15 @@ specs_for() {
         [ "$v" -ge 30000 ] && s="$s spec/23-cluster_spec.lua"
     fi
     if [ "$v" -lt 20612 ]; then
-        echo "$s spec/05-contention_spec.lua spec/12-legacy_renew_spec.lua"
+        echo "$s spec/05-contention_spec.lua spec/12-legacy_renew_spec.lua spec/13-detect_spec.lua"
     elif [ "$v" -lt 30200 ]; then
-        echo "$s spec/20-redlock_spec.lua spec/22-keys_spec.lua spec/32-notify_spec.lua"
+        echo "$s spec/13-detect_spec.lua spec/20-redlock_spec.lua spec/22-keys_spec.lua spec/32-notify_spec.lua"
     elif [ "$v" -lt 60000 ]; then
-        echo "$s spec/05-contention_spec.lua spec/20-redlock_spec.lua spec/22-keys_spec.lua" \
-            "spec/30-renew_spec.lua spec/32-notify_spec.lua"
+        echo "$s spec/05-contention_spec.lua spec/13-detect_spec.lua spec/20-redlock_spec.lua" \
+            "spec/22-keys_spec.lua spec/30-renew_spec.lua spec/32-notify_spec.lua"
     elif [ "$v" -lt 70000 ]; then
-        echo "$s spec/20-redlock_spec.lua spec/30-renew_spec.lua spec/32-notify_spec.lua"
+        echo "$s spec/13-detect_spec.lua spec/20-redlock_spec.lua spec/30-renew_spec.lua" \
+            "spec/32-notify_spec.lua"
     else
         echo "$s spec/20-redlock_spec.lua spec/32-notify_spec.lua spec/08-replicas_aof_spec.lua"
     fi
