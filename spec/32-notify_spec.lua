@@ -534,6 +534,27 @@ describe("notified waiting", function()
             assert.truthy(wout:find("acquired", 1, true), wout)
         end)
 
+    it("notify.wait answers a block that the server ended as it turned replica (UNBLOCKED): woken, at once",
+        function()
+            helper.needs("unblock_on_demote")
+            local other = helper.start_server()
+            local c = redlock.new { servers = { server:url() } }
+            finally(function()
+                c:close()
+                other:stop()
+            end)
+            local s = c.servers[1]
+            local key = helper.key()
+            assert(c:acquire(key .. ":connect")):release() -- (the waiter's connection is a clone)
+            -- a replica and a master again in one step, 0.3 s into a 10 s block
+            server:cli_later(300, string.format("MULTI\nSLAVEOF 127.0.0.1 %d\nSLAVEOF NO ONE\nEXEC\n", other.port))
+            -- (nil: taken for a refusal, the caller sleeps; true: woken, it
+            -- asks again at once)
+            assert.is_true(require("redlock.notify").wait(s, key, 10000))
+            assert.is_nil(s.no_notify)
+            assert.is_truthy(data:command("INFO", "replication"):find("role:master", 1, true))
+        end)
+
     it("an error to BLPOP that is no refusal of it (a wake-up list of another type) polls that wait only",
         function()
             local c = redlock.new { servers = { server:url() }, retry_delay = 50, retry_jitter = 0 }

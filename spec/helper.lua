@@ -690,6 +690,14 @@ function _M.later(ms, cmd)
     sh(string.format("(sleep %.3f; %s) >/dev/null 2>&1 &", ms / 1000, cmd))
 end
 
+--- Sends `lines` (commands, one a line: a MULTI block, say) to this server
+-- through redis-cli after `ms` ms, from the background.
+function Server:cli_later(ms, lines)
+    local _, cli = binaries(self.server_dir)
+    _M.later(ms, string.format("printf %%s %s | %s%s -h %s -p %d", quote(lines), NO_PRELOAD, quote(cli),
+        self.host or "127.0.0.1", self.port))
+end
+
 --- Sends `sig` to the server after `ms` ms, from the background.
 function Server:signal_later(ms, sig) _M.later(ms, "kill -" .. sig .. " " .. self.pid) end
 
