@@ -72,6 +72,18 @@ describe("Sentinel", function()
         return tonumber(server:cli("INFO", "commandstats"):match("cmdstat_evalsha:calls=(%d+)")) or 0
     end
 
+    -- what sentinel s last saw server report of its role (ROLE in its INFO):
+    -- "slave", "master", or nil when s does not list it as a replica
+    local function role_reported(s, server)
+        local lines = {}
+        for l in s:cli("SENTINEL", "REPLICAS", NAME):gmatch("[^\n]+") do lines[#lines + 1] = l end
+        local name
+        for i = 1, #lines - 1, 2 do
+            if lines[i] == "name" then name = lines[i + 1] end
+            if lines[i] == "role-reported" and name == "127.0.0.1:" .. server.port then return lines[i + 1] end
+        end
+    end
+
     setup(function()
         master = helper.start_server()
         replica = helper.start_replica(master)
@@ -276,6 +288,17 @@ describe("Sentinel", function()
             assert(helper.eventually(20000, function()
                 return new:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
             end), "the replica is not in sync")
+            -- every sentinel has seen it as a replica since the failover above
+            -- made it one: a sentinel whose last look (INFO, every 10 s on a
+            -- replica) still found it a master would take it, once promoted,
+            -- for a stale master and turn it back into a replica of the frozen
+            -- old one (+convert-to-slave) before it learns of the switch
+            assert(helper.eventually(20000, function()
+                for _, s in ipairs(sentinels) do
+                    if role_reported(s, new) ~= "slave" then return false end
+                end
+                return true
+            end), "a sentinel still sees the replica as a master")
             local c = redlock.new({ servers = url() })
             -- a client that never asks the sentinels on its own (a check
             -- every hour): it can only learn of the switch from the
