@@ -375,10 +375,20 @@ describe("Sentinel over TLS", function()
         helper.needs("tls")
         local certs = helper.tls_certs()
         local master = helper.start_tls_server(certs)
-        local port = 20000 + math.random(0, 39999)
-        local sentinel = helper.start_sentinel({ tlsmaster = { port = master.tls_port } }, { quorum = 1, config = {
-            "tls-port " .. port, "tls-cert-file " .. certs.server_crt, "tls-key-file " .. certs.server_key,
-            "tls-ca-cert-file " .. certs.ca, "tls-auth-clients no", "tls-replication yes" } })
+        -- (its tls-port may be taken: another port then, as start_tls_server does)
+        local port, sentinel
+        for _ = 1, 5 do
+            port = helper.pick_port()
+            local ok, s = pcall(helper.start_sentinel, { tlsmaster = { port = master.tls_port } }, { quorum = 1,
+                config = { "tls-port " .. port, "tls-cert-file " .. certs.server_crt,
+                    "tls-key-file " .. certs.server_key, "tls-ca-cert-file " .. certs.ca, "tls-auth-clients no",
+                    "tls-replication yes" } })
+            if ok then
+                sentinel = s
+                break
+            end
+        end
+        assert(sentinel, "could not start a TLS sentinel")
         local url = "rediss+sentinel://127.0.0.1:" .. port .. "/tlsmaster"
         local c = redlock.new({ servers = url, tls = { ca_file = certs.ca } })
         local key = helper.key("sentinel-tls")

@@ -449,8 +449,10 @@ openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 
     }
 end
 
---- A free port for a server's tls-port (bound by nobody now).
+--- A port for a server's second listener (tls-port): random, from the OS
+-- source; the caller starts again with another when it is taken.
 local function pick_port() return 20000 + urandom_int(40000) end
+_M.pick_port = pick_port
 
 --- Starts a redis-server that also listens with TLS on server.tls_port
 -- (the plain port stays, for redis-cli and for looking at keys). certs:
