@@ -256,7 +256,7 @@ static int redirect_target(redlock_cluster_map *m, const char *err, size_t len, 
 
 int redlock_map_reply(redlock_cluster_map *m, redlock_attempt *a, int evalsha, const char *err,
                       size_t len, double now_ms) {
-    const char *node = a->node >= 0 && a->node < m->n ? m->nodes[a->node].name : "cluster";
+    const char *node;
     int transient = 0;
     if (evalsha && !a->evaled && redlock_reply_noscript(err, len)) {
         a->evaled = 1;
@@ -283,6 +283,8 @@ int redlock_map_reply(redlock_cluster_map *m, redlock_attempt *a, int evalsha, c
     } else {
         return REDLOCK_DONE;
     }
+    /* (read only now: a redirection to a node not known yet grows m->nodes) */
+    node = a->node >= 0 && a->node < m->n ? m->nodes[a->node].name : "cluster";
     snprintf(a->err, ERRLEN, "server: %s: %.*s", node, (int)(len > 120 ? 120 : len), err);
     a->code = 2;
     /* Refused, not run. TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a

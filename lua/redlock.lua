@@ -181,8 +181,11 @@ local function kind_refusal(client, key, o)
                 .. " server, and a Cluster's script touches one hash slot"
         end
     end
+    -- (mode "legacy" asked for; a server mode "auto" put in legacy mode is
+    -- a run-time outcome: the kind's script is sent and its refusal said,
+    -- see redlock.semaphore.needs_scripts)
     for _, server in ipairs(client.servers) do
-        if server.ops.name == "legacy" then
+        if server.mode == "legacy" then
             return "needs the server's scripts: legacy mode cannot take it in one atomic step"
         end
     end

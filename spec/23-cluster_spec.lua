@@ -79,6 +79,17 @@ describe("Cluster", function()
         return keys, n
     end
 
+    it("takes a seed named twice as one node (URL and table alike)", function()
+        local seed = cluster.seeds[1]
+        for _, servers in ipairs({ "redis+cluster://" .. seed .. "," .. seed,
+            { { cluster = { seed, seed } } } }) do
+            local c = redlock.new({ servers = servers })
+            local lock = assert(c:acquire(helper.key("twice")))
+            assert.is_true(lock:release())
+            c:close()
+        end
+    end)
+
     it("takes locks on keys of every master, with and without hash tags, and leaves only fence counters", function()
         local keys, masters = spread_keys()
         assert.equal(3, masters)

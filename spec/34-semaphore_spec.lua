@@ -167,9 +167,16 @@ describe("semaphore (limit = N)", function()
         assert.matches("a permit needs the server's scripts, which it refuses", err, 1, true)
         -- that settled the server's mode (legacy), as a single lock's first acquire does
         assert.equal("legacy", auto.servers[1]:chosen_mode())
-        ok, err = pcall(auto.try_acquire, auto, { "a", "b" })
-        assert.is_false(ok)
-        assert.matches("a group lock (a list of keys) needs the server's scripts", err, 1, true)
+        -- and said again at run time for another kind (never raised: the
+        -- server may be given scripting back)
+        ok, err, code = auto:try_acquire({ "a", "b" })
+        assert.is_nil(ok)
+        assert.equal("server", code)
+        assert.matches("a group lock needs the server's scripts", err, 1, true)
+        ok, err, code = auto:try_acquire("k", { shared = true })
+        assert.is_nil(ok)
+        assert.equal("server", code)
+        assert.matches("a read lock needs the server's scripts", err, 1, true)
         auto:close()
         -- the same for a group or readers met first
         for _, call in ipairs { { { "a", "b" }, nil, "a group lock" }, { "k", { shared = true }, "a read lock" } } do

@@ -35,6 +35,15 @@ describe("semaphores and group locks with replicas = N", function()
         assert.equal(g.token, replica:cli("GET", b))
         assert.is_true(g:extend())
         assert.is_true(g:release())
+        -- 4 keys and more: the answer of the group's script is a table
+        local keys = { helper.key("g1"), helper.key("g2"), helper.key("g3"), helper.key("g4"), helper.key("g5") }
+        local g5 = assert(client:acquire(keys))
+        assert.equal(1, g5.replicas)
+        for _, k in ipairs(keys) do
+            assert.is_number(g5.fences[k], "no fence for " .. k)
+            assert.is_true(g5.fences[k] > 0)
+        end
+        assert.is_true(g5:release())
         local r = assert(client:acquire(key, { shared = true }))
         assert.equal(1, r.replicas)
         assert.equal("zset", replica:cli("TYPE", key))

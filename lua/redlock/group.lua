@@ -196,6 +196,9 @@ local function take(server, step, token, ttl_s, unfenced, rep)
                 unpack(args, 1, args.n)) }
         end
         if res[1] == nil then return nil, res[2], res[3] end
+        -- (an answer of 1 to 4 integers comes as values, a longer one, a
+        -- group of 4 keys or more, as one table: see conn:eval_wait)
+        if type(res[3]) == "table" then return res[1], res[2], res[3] end
         return res[1], res[2], { select(3, unpack(res)) }
     end
     local r, err, code = server:eval("group_acquire", nkeys, unpack(args, 1, args.n))

@@ -246,6 +246,16 @@ end
 
 -- "host[:port]" or "[v6]:port" into host, port (default port); nil when
 -- it is neither.
+-- {host=, port=} appended to nodes unless it is there already: a Cluster
+-- seed or a sentinel named twice is one node (each driver keeps one
+-- connection per address).
+local function add_node(nodes, host, port)
+    for _, n in ipairs(nodes) do
+        if n.host == host and n.port == port then return end
+    end
+    nodes[#nodes + 1] = { host = host, port = port }
+end
+
 local function host_port(s, default)
     local host, port
     if find(s, "^%[") then
@@ -277,7 +287,7 @@ function _M.parse_sentinel_url(url)
     for part in string.gmatch(hosts, "[^,]+") do
         local host, port = host_port(part, SENTINEL_PORT)
         if not host then bad_url(url, "bad sentinel address") end
-        server.sentinels[#server.sentinels + 1] = { host = host, port = port }
+        add_node(server.sentinels, host, port)
     end
     if #server.sentinels == 0 then bad_url(url, "no sentinel") end
     server.master_name = unescape(name)
@@ -301,7 +311,7 @@ function _M.parse_cluster_url(url)
     for part in string.gmatch(rest, "[^,]+") do
         local host, port = host_port(part, 6379)
         if not host then bad_url(url, "bad node address") end
-        server.cluster[#server.cluster + 1] = { host = host, port = port }
+        add_node(server.cluster, host, port)
     end
     if #server.cluster == 0 then bad_url(url, "no node") end
     return server
@@ -361,7 +371,7 @@ local function addresses(list, default)
             if type(port) ~= "number" or port < 1 or port > 65535 or port ~= floor(port) then host = nil end
         end
         if not host then return nil, j end
-        out[j] = { host = host, port = port }
+        add_node(out, host, port)
     end
     return out
 end

@@ -207,6 +207,23 @@ int main(void) {
           "a command without a key: the next node");
     redlock_map_free(m);
 
+    /* a MOVED to a node the map does not know, when its node array is full
+     * (8): the array grows, and the message still names the node asked */
+    m = redlock_map_new();
+    {
+        int p;
+        for (p = 7000; p < 7008; p++)
+            NODE(m, "127.0.0.1", p);
+    }
+    m->loaded = 1;
+    m->owner[1] = 8;
+    redlock_attempt_start(&a, 1, t, 1000);
+    check(redlock_map_target(m, &a, t) == REDLOCK_GO && a.node == 7, "to the 8th node");
+    v = redlock_map_reply(m, &a, 0, "MOVED 1 10.0.0.9:7000", 21, t);
+    check(v == REDLOCK_RESEND && m->n == 9 && strstr(a.err, "server: 127.0.0.1:7007: MOVED") == a.err,
+          "MOVED to a 9th node: the map grows, the message names the node asked");
+    redlock_map_free(m);
+
     /* plain and Sentinel servers */
     redlock_attempt_start(&a, -1, t, 0);
     check(redlock_server_reply(&a, "s", 1, 0, "NOSCRIPT x", 10) == REDLOCK_EVAL &&
