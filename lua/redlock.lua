@@ -265,17 +265,14 @@ local function first_attempt(client, key, token, o, t0)
         end
         -- ("script", or a refusal: the script says the holder's pttl)
     end
-    local taken, v, at, stale
+    local taken, v, at
     if unfenced then
         taken, v, at = client.strategy.acquire(client, key, token, o.ttl, nil, nil, unfenced, nil, o.on_event)
         if taken == nil and set then scripted.release(server, key, token) end
         return taken, v, at, nil, nil, since
     end
-    local conn, fkey, ttl_s = server.conn, fence_counter(key, server.slot_fences), o.ttl_s
-    taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
-    if taken == nil and stale then -- the retry Server:eval makes
-        taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
-    end
+    local fkey = fence_counter(key, server.slot_fences)
+    taken, v, at = util.eval_values(server.conn, "acquire", 2, key, fkey, token, o.ttl_s)
     if taken == 0 then
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then

@@ -99,17 +99,14 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     -- the script answers {1, fence} (taken) or {0, pttl[, server ms]}
     -- (refused), as values; a failure is nil, message, code (, stale)
     local conn, ttl_s = server.conn, ms_string(ttl)
-    local taken, v, at, stale
+    local taken, v, at
     if not waiting then
-        -- the uncontended path: the retry Server:eval would make, inline
+        -- the uncontended path
         if unfenced then
             taken, v, at = eval_values(conn, "acquire", 1, key, token, ttl_s)
         else
             local fkey = fence_key(key, server.slot_fences)
-            taken, v, at, stale = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
-            if taken == nil and stale then
-                taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
-            end
+            taken, v, at = eval_values(conn, "acquire", 2, key, fkey, token, ttl_s)
         end
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
