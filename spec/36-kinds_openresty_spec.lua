@@ -119,3 +119,196 @@ describe("semaphores and group locks inside nginx", function()
         assert.same({}, ngx_server:errors())
     end)
 end)
+
+-- The hand-off inside nginx: a freed permit, a writer's key or the readers'
+-- set handed in the release's atomic step to nginx requests ("p" waiters:
+-- a message to their worker's subscriber) in one queue per key with plain
+-- Lua processes ("h" waiters: a BLPOP of their own). One worker, whose
+-- subscriber listens before the waiters come; a server of its own, so that
+-- what is left at the end is counted exactly.
+local HANDOFF_SERVER = [[
+        location = /kfifo { content_by_lua_block { require("kinds").kfifo() } }
+        location = /kfifo_abort {
+            lua_check_client_abort on;
+            content_by_lua_block { require("kinds").kfifo() }
+        }]]
+
+describe("the kinds' hand-off inside nginx, in one queue with plain Lua processes", function()
+    local it = helper.needing(it, "script_time")
+    if missing then
+        pending("skipped: " .. missing)
+        return
+    end
+    local redlock = require "redlock"
+    local redis, data, ngx_server
+    setup(function()
+        redis = helper.start_server()
+        data = core.conn(redis:spec())
+        ngx_server = nginx.start { workers = 1, redis = redis, server = HANDOFF_SERVER,
+            lua_path = "@REPO@/spec/openresty/?.lua;" }
+    end)
+    teardown(function()
+        if ngx_server then ngx_server:stop() end
+        if data then data:close() end
+        helper.stop_all()
+    end)
+
+    -- The worker's subscriber listens (its first waiter started it): its
+    -- later waiters join as "p".
+    local function subscribed()
+        local warm = helper.key("warm")
+        assert.equal("OK", data:command("SET", warm, "x", "PX", 5000))
+        assert.matches("^timeout", (ngx_server:get("/kfifo?kind=writer&wait=50&key=" .. warm)))
+        data:command("DEL", warm)
+        assert.is_true(helper.eventually(5000, function()
+            return data:command("PUBSUB", "NUMSUB", "redlock:wake")[2] >= 1
+        end), "no subscriber")
+    end
+
+    local function queued(key) return data:command("ZCARD", "{" .. key .. "}:waiters") end
+
+    -- Each waiter's how, in queue order (ACQUIRE in csrc/scripts.h): "p"
+    -- handed by a message, "h" on its hand-off list, "w" woken only.
+    local function hows(key)
+        local t = {}
+        for _, token in ipairs(data:command("ZRANGE", "{" .. key .. "}:waiters", 0, -1)) do
+            local d = data:command("HGET", "{" .. key .. "}:waiting", token)
+            local ttl, fenced = d:match("^%d+ (%d+) (%d)")
+            t[#t + 1] = ttl == "0" and "w" or tonumber(fenced) >= 2 and "p" or "h"
+        end
+        return table.concat(t)
+    end
+
+    -- n waiters queued, the last one started by start()
+    local function enqueue(key, n, start)
+        local w = start()
+        assert.is_true(helper.eventually(5000, function() return queued(key) == n end), "waiter " .. n)
+        return w
+    end
+
+    -- A waiter's line ("acquired T fence F"): its fence.
+    local function fence_of(w, i)
+        local out
+        if w.dir then
+            local status
+            status, out = w:wait()
+            assert.equal(0, status, out)
+        else
+            local code
+            out, code = w.wait()
+            assert.equal(200, code, out)
+        end
+        local fence = out:match("acquired %S+ fence (%d+)")
+        assert(fence, "waiter " .. i .. ": " .. tostring(out))
+        return tonumber(fence)
+    end
+
+    -- Nothing of the keys is left: the server holds the fence counter only.
+    local function nothing_left()
+        assert.is_true(helper.eventually(3000, function() return data:command("DBSIZE") == 1 end),
+            "left: " .. table.concat(data:command("KEYS", "*"), " "))
+        assert.same({ "redlock:fences" }, data:command("KEYS", "*"))
+    end
+
+    local function worker(key, hold, kind, wait)
+        return helper.spawn("spec/workers/lock_worker.lua", "wait", redis:url(), key, 10000, wait or 20000,
+            "notify", hold, 10000, kind)
+    end
+
+    it("semaphore: each permit given back goes to the first waiter in the release's step, nginx requests and"
+        .. " a plain Lua process alike; a newcomer waits behind them", function()
+        local key = helper.key("sem")
+        subscribed()
+        local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+        local h1 = assert(holder:acquire(key, { limit = 2 }))
+        local h2 = assert(holder:acquire(key, { limit = 2 }))
+        local q = "/kfifo?kind=limit&limit=2&wait=20000&hold=300&key=" .. key
+        local a = enqueue(key, 1, function() return ngx_server:bg(q) end)
+        local b = enqueue(key, 2, function() return worker(key, 300, "limit=2") end)
+        local c = enqueue(key, 3, function() return ngx_server:bg(q) end)
+        assert.equal("php", hows(key)) -- one queue: two nginx requests, one plain Lua process
+        assert.is_true(h1:release())
+        -- the permit is the first waiter's at once: never free for a newcomer
+        assert.equal(3, data:command("ZCARD", key)) -- "limit", h2's and a's
+        local _, _, code = holder:try_acquire(key, { limit = 2 })
+        assert.equal("locked", code)
+        assert.is_true(h2:release())
+        assert.equal(3, data:command("ZCARD", key))
+        local newcomer = assert(holder:acquire(key, { limit = 2, wait = 20000 }))
+        local last = h2.fence
+        for i, w in ipairs { a, b, c } do
+            local fence = fence_of(w, i)
+            assert.is_true(fence > last, "waiter " .. i .. " out of turn")
+            last = fence
+        end
+        assert.is_true(newcomer.fence > last, "the newcomer went before a waiter")
+        assert.is_true(newcomer:release())
+        holder:close()
+        nothing_left()
+        assert.same({}, ngx_server:errors())
+    end)
+
+    it("readers and writers: a writer's release lets the readers at the front in together, the last reader"
+        .. " hands the key to the waiting writer, nginx requests and plain Lua processes alike", function()
+        local key = helper.key("rw")
+        subscribed()
+        local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+        local w0 = assert(holder:acquire(key))
+        local function q(kind) return "/kfifo?kind=" .. kind .. "&wait=20000&hold=300&key=" .. key end
+        local r1 = enqueue(key, 1, function() return ngx_server:bg(q("shared")) end)
+        local r2 = enqueue(key, 2, function() return worker(key, 300, "shared") end)
+        local w1 = enqueue(key, 3, function() return ngx_server:bg(q("writer")) end)
+        local r3 = enqueue(key, 4, function() return ngx_server:bg(q("shared")) end)
+        local w2 = enqueue(key, 5, function() return worker(key, 300) end)
+        assert.equal("phpph", hows(key)) -- one queue: nginx requests and plain Lua processes
+        assert.is_true(w0:release())
+        -- the two readers at the front hold the key at once, together
+        assert.equal("zset", data:command("TYPE", key))
+        assert.equal(3, data:command("ZCARD", key)) -- "shared", r1's and r2's
+        -- a writer waits: a new reader waits behind it
+        local _, _, code = holder:try_acquire(key, { shared = true })
+        assert.equal("locked", code)
+        local newcomer = assert(holder:acquire(key, { wait = 20000 }))
+        local f = {}
+        for i, w in ipairs { r1, r2, w1, r3, w2 } do f[i] = fence_of(w, i) end
+        assert.is_true(f[1] > w0.fence and f[2] > f[1], "the readers at the front")
+        assert.is_true(f[3] > f[2], "the writer after the readers before it")
+        assert.is_true(f[4] > f[3] and f[5] > f[4], "the reader, then the writer, after the writer")
+        assert.is_true(newcomer.fence > f[5], "the newcomer went before a waiter")
+        assert.is_true(newcomer:release())
+        holder:close()
+        nothing_left()
+        assert.same({}, ngx_server:errors())
+    end)
+
+    for _, case in ipairs {
+        { what = "a permit", kind = "limit", worker = "limit=1", opts = { limit = 1 } },
+        { what = "a read lock", kind = "shared", opts = {} },
+    } do
+        it("a request that ends while it waits (its client went away) leaves the queue, and " .. case.what
+            .. " handed to it passes on", function()
+            local key = helper.key("abort")
+            subscribed()
+            local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+            local lock = assert(holder:acquire(key, case.opts))
+            -- what it is handed would stay 60 s: the next waiter (wait 20 s) would time out
+            local gone = enqueue(key, 1, function()
+                return ngx_server:bg("/kfifo_abort?kind=" .. case.kind .. "&limit=1&wait=30000&ttl=60000&key="
+                    .. key, 1.5)
+            end)
+            local b = enqueue(key, 2, function() return worker(key, 0, case.worker) end)
+            assert.equal("ph", hows(key))
+            assert.is_true(helper.eventually(5000, gone.done)) -- curl gave up after 1.5 s
+            -- nginx ended the request (lua_check_client_abort): it logs a 499
+            assert.is_true(helper.eventually(5000, function()
+                return (nginx.read(ngx_server.dir .. "/access.log") or ""):find("/kfifo_abort%?[^\n]*"
+                    .. key:gsub("%p", "%%%0") .. "[^\n]* 499 ") ~= nil
+            end), "the request did not end")
+            assert.is_true(lock:release())
+            assert.is_true(fence_of(b, 2) > lock.fence)
+            holder:close()
+            nothing_left()
+            assert.same({}, ngx_server:errors())
+        end)
+    end
+end)

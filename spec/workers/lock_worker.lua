@@ -3,9 +3,10 @@
 --   pid                                         (always first: "pid N")
 --   try_at  URL KEY AT_MS          try_acquire at core.now() == AT_MS
 --   hold    URL KEY TTL            acquire, print "held", sleep (for SIGKILL)
---   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS [TTL]]]
+--   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS [TTL [KIND]]]]
 --                                  acquire, print "acquired T fence F valid V"
---                                  (V: lock:remaining() at T), hold
+--                                  (V: lock:remaining() at T), hold; KIND
+--                                  "limit=N" a permit, "shared" a reader
 --   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
 --   wait_long URL KEY WAIT         as wait (notified), but a BLPOP lasts up to
 --                                  WAIT (notify.RECHECK_MS raised), and the
@@ -43,6 +44,7 @@ elseif mode == "wait" then
     local lock, err = client:acquire(key, {
         retry_delay = tonumber(arg[4]), retry_jitter = 0, wait = tonumber(arg[5]),
         notify = arg[6] ~= "poll", ttl = tonumber(arg[8]),
+        limit = tonumber((arg[9] or ""):match("^limit=(%d+)$")), shared = arg[9] == "shared" or nil,
     })
     if not lock then
         say("failed", err)
