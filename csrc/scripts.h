@@ -148,11 +148,12 @@
 
 /* A refused waiter joins the waiters queue (KEYS[2]) with its data
  * (KEYS[3]) and empties its hand-off list (KEYS[4]), as ACQUIRE below
- * describes; `now`, `t` (TIME), `pttl` (the holder's), `counter` set;
- * ARGV[1] token, ARGV[2] ttl, `span` the waiter's ARGV of the next
- * block, `how` its "h" or "w", `mark` a Lua expression, what its data
- * ends with (" r": a reader, see RW_READ; " s<limit>": a semaphore's).
- * Answers {0, pttl, now}. */
+ * describes (every kind's waiter joins here: one queue per key); `now`,
+ * `t` (TIME), `pttl` (the holder's), `counter` set; ARGV[1] token,
+ * ARGV[2] ttl, `span` the waiter's ARGV of the next block, `how` its
+ * "h", "p" or "w", `mark` a Lua expression, what its data ends with (""
+ * a single lock's or a writer's, " r": a reader, see RW_READ; " s<limit>":
+ * a semaphore's). Answers {0, pttl, now}. */
 #define REDLOCK_SCRIPT_JOIN_QUEUE(span_arg, how_arg, mark)                  \
     "redis.call('DEL', KEYS[4])\n"                                          \
     "local span = tonumber(" span_arg ")\n"                                 \
@@ -162,7 +163,8 @@
     "  redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
     "end\n"                                                                 \
     "redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
-    "  " how_arg " == 'h' and ARGV[2] or '0', counter and 1 or 0) .. " mark ")\n" \
+    "  " how_arg " ~= 'w' and ARGV[2] or '0',\n"                          \
+    "  (counter and 1 or 0) + (" how_arg " == 'p' and 2 or 0)) .. " mark ")\n" \
     "for i = 2, 3 do\n"                                                     \
     "  if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
     "end\n"                                                                 \
@@ -219,8 +221,8 @@
     "if cur and cur ~= ARGV[1] then\n"                                      \
     "  local pttl = redis.call('PTTL', KEYS[1])\n"                          \
     "  if not waiting then return {0, pttl} end\n"                          \
-    "  redis.call('DEL', KEYS[4])\n"                                        \
     "  if not seeded then\n"                                                \
+    "    redis.call('DEL', KEYS[4])\n"                                      \
     "    if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"             \
     "      redis.call('ZADD', KEYS[2], 0, ARGV[1])\n"                       \
     "    end\n"                                                             \
@@ -229,20 +231,8 @@
     "    end\n"                                                             \
     "    return {0, pttl, 0}\n"                                             \
     "  end\n"                                                               \
-    "  local t = redis.call('TIME')\n"                                      \
-    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-    "  local span = tonumber(ARGV[3])\n"                                    \
-    "  if pttl >= 0 and pttl + 1 < span then span = pttl + 1 end\n"         \
-    "  span = span + " REDLOCK_WAIT_SLACK_MS "\n"                           \
-    "  if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"               \
-    "    redis.call('ZADD', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), ARGV[1])\n" \
-    "  end\n"                                                               \
-    "  redis.call('HSET', KEYS[3], ARGV[1], string.format('%.0f %s %d', now + span,\n" \
-    "    ARGV[4] ~= 'w' and ARGV[2] or '0', (counter and 1 or 0) + (ARGV[4] == 'p' and 2 or 0)))\n" \
-    "  for i = 2, 3 do\n"                                                   \
-    "    if redis.call('PTTL', KEYS[i]) < span then redis.call('PEXPIRE', KEYS[i], span) end\n" \
-    "  end\n"                                                               \
-    "  return {0, pttl, now}\n"                                             \
+    REDLOCK_SCRIPT_NOW                                                      \
+    REDLOCK_SCRIPT_JOIN_QUEUE("ARGV[3]", "ARGV[4]", "''")                   \
     "end\n"                                                                 \
     "local f = fence(counter)\n"                                          \
     "if cur then\n"                                                         \
@@ -257,14 +247,43 @@
     "end\n"                                                                 \
     "return {1, f}\n"
 
+/* The hand-off of a freed key or permit to the waiter `front` (its token)
+ * in the release's atomic step (SERVE_QUEUE, SEM_RELEASE), by how it
+ * joined (its data's `fenced`, see ACQUIRE): hand_fence(fenced) takes its
+ * fence when it asked for one (try_fence on KEYS[5], the counter: false
+ * when the counter fails, 0 without one); hand(front, f, ttl, now,
+ * fenced) tells it "fence server-ms": pushed to its hand-off list (ARGV[2]
+ * .. front), which lives ttl ms, for a waiter that blocks on it ("h"), or
+ * published as "<token> fence server-ms" on "redlock:wake" for one inside
+ * nginx ("p": its worker's subscriber hands it to that waiter,
+ * redlock.ngx_wait); false when the server refused (the caller then
+ * wakes the waiters instead). */
+#define REDLOCK_SCRIPT_HAND                                                 \
+    "local function hand_fence(fenced)\n"                                   \
+    "  return try_fence((fenced == '1' or fenced == '3') and KEYS[5])\n"    \
+    "end\n"                                                                 \
+    "local function hand(front, f, ttl, now, fenced)\n"                     \
+    "  local element = string.format('%.0f %.0f', f, now)\n"               \
+    "  if fenced == '2' or fenced == '3' then\n"                            \
+    "    local sent = redis.pcall('PUBLISH', 'redlock:wake', front .. ' ' .. element)\n" \
+    "    return type(sent) == 'number'\n"                                   \
+    "  end\n"                                                               \
+    "  local list = ARGV[2] .. front\n"                                     \
+    "  local pushed = redis.pcall('RPUSH', list, element)\n"               \
+    "  if type(pushed) ~= 'number' then return false end\n"                 \
+    "  redis.call('PEXPIRE', list, ttl)\n"                                  \
+    "  return true\n"                                                       \
+    "end\n"
+
 /* The key KEYS[1] given up by its holder (a single lock, a writer, the
  * last reader) goes to the front of the waiters queue (KEYS[2], data
  * KEYS[3], wake-up list KEYS[4], fence counter KEYS[5]; ARGV[2] the
  * hand-off lists' prefix), in the same step; `seeded` and `fence` from
  * REDLOCK_SCRIPT_FENCE_FUNCTION. Waiters that no longer count as waiting
- * are dropped on the way. A writer (or single-lock) waiter that blocks on
- * its hand-off list gets the key: SET key <its token> PX <its ttl>, a new
- * fence when it asked for one, "fence server-ms" pushed to its list. Live
+ * are dropped on the way. A writer (or single-lock) waiter that may be
+ * handed the key ("h" or "p") gets it: SET key <its token> PX <its ttl>, a
+ * new fence when it asked for one, "fence server-ms" told it
+ * (REDLOCK_SCRIPT_HAND: pushed to its list, or published). Live
  * readers at the front (data ending " r", see RW_READ) are let in
  * together: the key becomes a readers set (member "shared", and each
  * reader's token with its expiry), each reader handed "fence server-ms",
@@ -295,18 +314,7 @@
     "  redis.call('ZREM', KEYS[2], front)\n"                                \
     "  redis.call('HDEL', KEYS[3], front)\n"                                \
     "end\n"                                                                 \
-    "local function hand(front, f, ttl, now, fenced)\n"                     \
-    "  local element = string.format('%.0f %.0f', f, now)\n"               \
-    "  if fenced == '2' or fenced == '3' then\n"                            \
-    "    local sent = redis.pcall('PUBLISH', 'redlock:wake', front .. ' ' .. element)\n" \
-    "    return type(sent) == 'number'\n"                                   \
-    "  end\n"                                                               \
-    "  local list = ARGV[2] .. front\n"                                     \
-    "  local pushed = redis.pcall('RPUSH', list, element)\n"               \
-    "  if type(pushed) ~= 'number' then return false end\n"                 \
-    "  redis.call('PEXPIRE', list, ttl)\n"                                  \
-    "  return true\n"                                                       \
-    "end\n"                                                                 \
+    REDLOCK_SCRIPT_HAND                                                     \
     "if seeded then\n"                                                      \
     REDLOCK_SCRIPT_NOW                                                      \
     "  local admitted = 0\n"                                                \
@@ -319,7 +327,7 @@
     "        wake = wake or (ttl == '0' and (reader or admitted == 0))\n"   \
     "        break\n"                                                       \
     "      end\n"                                                           \
-    "      local f = try_fence((fenced == '1' or fenced == '3') and KEYS[5])\n" \
+    "      local f = hand_fence(fenced)\n"                                  \
     "      if not f then wake = true break end\n"                           \
     "      if reader then\n"                                                \
     "        if admitted == 0 then\n"                                       \
@@ -531,8 +539,8 @@
  * semaphore waiters are handed permits, and no other release hands a
  * semaphore waiter a lock); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
  * limit N, ARGV[4] "0" for a caller that does not wait, else the ms its
- * next block lasts at most (as ACQUIRE's ARGV[3]), ARGV[5] "h" or "w" (as
- * ACQUIRE's ARGV[4]), ARGV[6] "1" for a fence, "0" for none.
+ * next block lasts at most (as ACQUIRE's ARGV[3]), ARGV[5] "h", "p" or "w"
+ * (as ACQUIRE's ARGV[4]), ARGV[6] "1" for a fence, "0" for none.
  * Answers {1, fence} (granted; 0 without a fence), {0, ms until the
  * earliest permit expires[, server ms]} (refused; a waiter joins the
  * queue as in ACQUIRE), {2, M} (misuse: the key is a semaphore of limit M,
@@ -593,12 +601,15 @@
  * of the mismatch. Each permit free after ours is gone goes to the next
  * live semaphore waiter of the queue, front first, in this same step (its token
  * with its own ttl as in RELEASE's hand-off, a new fence, and "fence
- * server-ms" pushed to its hand-off list); a waiter that is only woken
- * (nginx, replicas) stops the hand-offs there and is woken, as RELEASE
- * does; so does a hand-off whose fence fails (see SERVE_QUEUE). The key's
+ * server-ms" told it by REDLOCK_SCRIPT_HAND: its hand-off list, or a
+ * message to its worker's subscriber inside nginx); a waiter that is only
+ * woken (replicas; inside nginx before its worker's subscriber listens)
+ * stops the hand-offs there and is woken, as RELEASE does; so does a
+ * hand-off whose fence fails (see SERVE_QUEUE). The key's
  * PEXPIRE follows its latest permit; no permit left deletes it. */
 #define REDLOCK_SCRIPT_SEM_RELEASE                                          \
     REDLOCK_SCRIPT_FENCE_FUNCTION                                           \
+    REDLOCK_SCRIPT_HAND                                                     \
     "if not seeded then return 0 end\n"                                     \
     "local key = KEYS[1]\n"                                                 \
     "local kind = redis.call('TYPE', key).ok\n"                              \
@@ -624,12 +635,9 @@
     "  if alive and n ~= '' and tonumber(n) ~= -tonumber(l) then alive, wake = nil, true end\n" \
     "  if alive and tonumber(alive) >= now then\n"                          \
     "    if ttl == '0' then wake = true break end\n"                        \
-    "    local f = try_fence(fenced == '1' and KEYS[5])\n"                  \
+    "    local f = hand_fence(fenced)\n"                                    \
     "    if not f then wake = true break end\n"                             \
-    "    local list = ARGV[2] .. front\n"                                   \
-    "    local pushed = redis.pcall('RPUSH', list, string.format('%.0f %.0f', f, now))\n" \
-    "    if type(pushed) ~= 'number' then wake = true break end\n"          \
-    "    redis.call('PEXPIRE', list, ttl)\n"                                \
+    "    if not hand(front, f, ttl, now, fenced) then wake = true break end\n" \
     "    redis.call('ZADD', key, string.format('%.0f', now + tonumber(ttl)), front)\n" \
     "    free, r = free - 1, 3\n"                                           \
     "  elseif not alive then wake = true\n"                                 \
@@ -741,8 +749,8 @@
  * RW_READ: KEYS[1] key, KEYS[2] waiters queue, KEYS[3] their data,
  * KEYS[4] the caller's hand-off list, KEYS[5] fence counter; ARGV[1]
  * token, ARGV[2] ttl ms, ARGV[3] "0" for a caller that does not wait,
- * else the ms of its next block, ARGV[4] "h" or "w", ARGV[5] "1" for a
- * fence. Answers {1, fence}, {0, pttl[, server ms]} (a writer holds it,
+ * else the ms of its next block, ARGV[4] "h", "p" or "w" (as ACQUIRE's),
+ * ARGV[5] "1" for a fence. Answers {1, fence}, {0, pttl[, server ms]} (a writer holds it,
  * or waits before us in the queue), {2, M} (misuse: a semaphore of limit
  * M, or another value). A reader is let in when the key is free or held
  * by readers, and no live writer waits before it in the queue. */

@@ -422,12 +422,11 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
     -- at once, joining the queue this time, before it blocks
     local notified, waiting = wait_for and wait >= 1, nil
     -- a waiter that blocks on a connection of its own may be handed the
-    -- lock (redlock.notify), and so may a single lock's waiter inside nginx,
-    -- whose worker's subscriber delivers the hand-off (redlock.ngx_wait,
-    -- transport.hands_off "single"); one whose lock must wait for replicas
-    -- (or a kind's inside nginx) is woken to try again instead
-    local hands_off = client.transport.hands_off
-    local handoff = notified and not rep and (hands_off == true or (hands_off == "single" and not o.kind))
+    -- lock or permit (redlock.notify), and so may a waiter inside nginx,
+    -- whose worker's subscriber delivers the hand-off (redlock.ngx_wait);
+    -- one whose lock must wait for replicas is woken to try again instead
+    -- (and so is a group's, whatever it asks: redlock.group)
+    local handoff = notified and not rep
     local mine = handoff and token or nil
     local server = client.one
     if notified and server then server.contended = key end -- see acquire

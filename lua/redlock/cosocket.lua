@@ -58,10 +58,6 @@ function _M.sleep(ms)
     return core_sleep(ms)
 end
 
---- A single lock's waiter may be handed the lock (through its worker's
--- subscriber, redlock.ngx_wait); a kind's is woken (redlock.lua).
-_M.hands_off = "single"
-
 local Server = setmetatable({}, { __index = blocking.Server })
 Server.__index = Server
 _M.Server = Server
@@ -274,18 +270,21 @@ end
 -- nginx worker; one subscriber per worker hands its waiters the lock, or
 -- wakes them (redlock.ngx_wait). nil: the caller sleeps (polls) this time.
 -- since: when the attempt that failed was sent (core.now()); token: the
--- waiter's, when a release may hand it the lock ("p", see handoff_how):
--- then "handed", fence, since when it did.
-function Server:wait(key, ms, since, token)
+-- waiter's, when a release may hand it the lock or a permit ("p", see
+-- handoff_how): then "handed", fence, since when it did. give_back(server,
+-- key, token): a kind's release (a permit's, a reader's), for a hand-off
+-- to a waiter whose request has ended; nil: a single lock's.
+function Server:wait(key, ms, since, token, _, give_back)
     -- (legacy mode's releases publish nothing: its waiters poll)
     if not self.ops.wait or not yieldable() then return nil end
-    return ngx_wait.wait(self, key, ms, since, token)
+    return ngx_wait.wait(self, key, ms, since, token, give_back)
 end
 
---- How a single lock's waiter joins the queue (redlock.scripted; ACQUIRE in
--- csrc/scripts.h): "p", handed the lock by a message to its worker's
--- subscriber, when that subscriber listens and this phase can wait for it;
--- else "w", woken only (it polls meanwhile, see redlock.ngx_wait).
+--- How a waiter joins the queue (redlock.scripted.how; ACQUIRE in
+-- csrc/scripts.h), a single lock's, a permit's or a reader's: "p", handed
+-- it by a message to its worker's subscriber, when that subscriber listens
+-- and this phase can wait for it; else "w", woken only (it polls
+-- meanwhile, see redlock.ngx_wait).
 function Server:handoff_how()
     if yieldable() and ngx_wait.listening(self) then return "p" end
     return "w"

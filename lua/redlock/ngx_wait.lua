@@ -6,11 +6,13 @@
 -- per server, started by the first waiter: a timer that SUBSCRIBEs to the
 -- channel the release script publishes on (csrc/scripts.h, RELEASE).
 --
--- The hand-off: a single lock's waiter joins the lock's waiters queue as
--- one that is handed the lock by a message ("p", once its worker's
--- subscriber listens: redlock.cosocket's handoff_how), the same queue as
--- the waiters outside nginx. The release that finds it at the front gives
--- it the lock in its atomic step and publishes "<token> fence server-ms";
+-- The hand-off: a waiter of a single lock, a writer, a reader or a
+-- semaphore's permit joins the key's waiters queue as one that is handed
+-- the lock or permit by a message ("p", once its worker's subscriber
+-- listens: redlock.cosocket's handoff_how), the same queue as the waiters
+-- outside nginx. The release that finds it at the front (or, for permits
+-- and readers, among those it lets in) gives it the lock in its atomic
+-- step and publishes "<token> fence server-ms";
 -- the subscriber hands that to exactly the waiter of that token (an
 -- ngx.semaphore of its own), which then holds the lock with no further
 -- request. A message that comes before its waiter waits (the refusal's
@@ -22,9 +24,10 @@
 -- (sema:count() is no longer negative while the waiter's entry says it
 -- waits). At its next tick, or at once when a hand-off for it comes, the
 -- subscriber makes it leave the queue (GIVE_UP) and passes a lock handed
--- to it on (released, so that the next waiter gets it), from a timer.
+-- to it on (released with its kind's release, so that the next waiter
+-- gets it), from a timer.
 --
--- Waiters that are only woken (a kind's, one whose lock waits for
+-- Waiters that are only woken (a group's, one whose lock waits for
 -- replicas, one that joined before its subscriber listened): the release
 -- publishes the lock key, and the subscriber wakes one of that worker's
 -- waiters of the key, which tries again (a newcomer may beat it).
@@ -93,14 +96,17 @@ local function wake_all(sub)
     end
 end
 
--- A waiter gone while it waited leaves the queue; a lock handed to it is
--- released, which hands it to the next waiter (GIVE_UP, RELEASE), from a
--- timer (the subscriber's thread reads its connection).
-local function abandon(sub, key, token)
+-- A waiter gone while it waited (its entry e) leaves the queue; a lock
+-- or permit handed to it is released (e.give_back, its kind's release, or
+-- the single lock's), which hands it to the next waiter (GIVE_UP,
+-- RELEASE, SEM_RELEASE), from a timer (the subscriber's thread reads its
+-- connection), through the waiter's own server (the subscriber's, that of
+-- the worker's first waiter, may belong to a client closed since).
+local function abandon(e, token)
+    local server, key, give_back = e.server, e.key, e.give_back
     ngx.timer.at(0, function()
         local scripted = require "redlock.scripted"
-        local server = sub.server
-        if scripted.give_up(server, key, token) then scripted.release(server, key, token) end
+        if scripted.give_up(server, key, token) then (give_back or scripted.release)(server, key, token) end
     end)
 end
 
@@ -131,7 +137,7 @@ local function on_message(sub, payload)
                 return post(e, t)
             end
             sub.tokens[token] = nil
-            return abandon(sub, e.key, token)
+            return abandon(e, token)
         end
         -- its waiter has not come to wait yet (or is between two waits)
         sub.handed[token] = element
@@ -158,7 +164,7 @@ local function sweep(sub)
     for token, e in pairs(sub.tokens) do
         if gone(e, t) then
             sub.tokens[token] = nil
-            abandon(sub, e.key, token)
+            abandon(e, token)
         elseif not e.blocked and t - e.touched > pubsub.TICK_MS then
             sub.tokens[token] = nil
         end
@@ -222,7 +228,9 @@ local function subscriber(server)
         sub = { server = server, running = false, stopping = false, ready = false, ready_at = 0, waiting = {},
             woken = {}, woken_old = {}, swapped_at = 0, idle_since = nil,
             -- the waiters that may be handed the lock, by token: key, sema,
-            -- blocked (waits on sema now), element (the hand-off), touched;
+            -- blocked (waits on sema now), element (the hand-off), touched,
+            -- server and give_back (its own, and its kind's release: see
+            -- abandon);
             -- and hand-offs that came before their waiter waited
             tokens = {}, handed = {}, handed_old = {},
             -- posted when the sentinels announce a failover: the tick comes at once
@@ -254,7 +262,7 @@ end
 
 -- A waiter that may be handed the lock (token): "handed", fence, since
 -- when a release handed it, else true (woken, or ms passed).
-local function wait_handed(server, sub, key, ms, since, token)
+local function wait_handed(server, sub, key, ms, since, token, give_back)
     local refused_at = refused_at_of(server) -- (this request's: nothing yielded since)
     local element = sub.handed[token] or sub.handed_old[token]
     if element then
@@ -270,7 +278,7 @@ local function wait_handed(server, sub, key, ms, since, token)
         sub.tokens[token] = e
     end
     sub.idle_since = nil
-    e.blocked, e.posted = true, false
+    e.blocked, e.posted, e.server, e.give_back = true, false, server, give_back
     e.sema:wait(ms / 1000)
     e.blocked, e.touched = false, now()
     element = e.element
@@ -285,9 +293,11 @@ end
 -- it cannot wait that way yet (the caller polls). since: when the failed
 -- attempt was sent (core.now()); a release after it answers at once.
 -- token: the waiter's, when it joined the queue as one that is handed the
--- lock ("p"): then "handed", fence, since (see redlock.notify.handed) when
--- a release did.
-function _M.wait(server, key, ms, since, token)
+-- lock or a permit ("p"): then "handed", fence, since (see
+-- redlock.notify.handed) when a release did. give_back(server, key,
+-- token): how a kind's lock is released (a permit's, a reader's; nil: a
+-- single lock's), for a hand-off to a waiter whose request ended.
+function _M.wait(server, key, ms, since, token, give_back)
     if not CAN_WAIT[ngx.get_phase()] then return nil end
     local sub = subscriber(server)
     if not sub.running then
@@ -297,7 +307,7 @@ function _M.wait(server, key, ms, since, token)
     end
     -- a release between the attempt and the subscription is not seen
     if not sub.ready or not since or since < sub.ready_at then return nil end
-    if token then return wait_handed(server, sub, key, ms, since, token) end
+    if token then return wait_handed(server, sub, key, ms, since, token, give_back) end
     local seen = sub.woken[key] or sub.woken_old[key]
     if seen and seen >= since then return true end
     local w = sub.waiting[key]

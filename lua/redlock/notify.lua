@@ -79,6 +79,15 @@ function _M.refused_at(server)
 end
 local refused_at_of = _M.refused_at
 
+--- Notes the server ms of the caller's refused attempt (a waiter's, from
+-- the acquire script's answer), which a hand-off counts from.
+function _M.set_refused_at(server, at)
+    server.refused_at = at
+    -- (inside nginx, requests share the server: each its own)
+    local by = server.refused_by
+    if by then by[running()] = at end
+end
+
 --- What a hand-off's element says: the fence (0 when none was asked for)
 -- and the server ms since the waiter's last refused attempt (_M.refused_at),
 -- at least 0. refused_at: that attempt's server ms, when the caller knows

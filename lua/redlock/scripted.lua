@@ -9,7 +9,7 @@ local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
     notify.wake_key, notify.data_key, notify.handoff_key, notify.handoff_prefix, notify.waiters_key
 local now = require("redlock.core").now
-local running = coroutine.running
+local refused_at = notify.set_refused_at
 
 local _M = { name = "script" }
 
@@ -111,13 +111,7 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
         local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
-        -- (a server that refused BLPOP: polled, so only woken; inside
-        -- nginx, server.handoff_how says, redlock.cosocket)
-        local how = "w"
-        if handoff and not server.no_notify then
-            local f = server.handoff_how
-            how = f and f(server) or "h"
-        end
+        local how = _M.how(server, handoff)
         if unfenced then
             taken, v, at = eval_values(conn, "acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
@@ -126,6 +120,18 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
         end
     end
     return _M.answer(server, taken, v, at)
+end
+
+--- How a waiter joins the waiters queue (ACQUIRE's ARGV[4] in
+-- csrc/scripts.h; every kind's acquire script takes the same): "h"
+-- handed the lock or permit on its hand-off list, "p" (inside nginx,
+-- server.handoff_how says, redlock.cosocket) by a message to its worker's
+-- subscriber, "w" woken only. handoff: the caller may be handed it (see
+-- _M.acquire); a server that refused BLPOP is polled, so only woken.
+function _M.how(server, handoff)
+    if not handoff or server.no_notify then return "w" end
+    local f = server.handoff_how
+    return f and f(server) or "h"
 end
 
 local FENCE_COUNTER = util.FENCE_COUNTER
@@ -197,12 +203,7 @@ function _M.answer(server, taken, v, at)
         return true, v
     end
     if taken == 0 and v then
-        if at then
-            server.refused_at = at
-            -- (inside nginx, requests share the server: each its own)
-            local by = server.refused_by
-            if by then by[running()] = at end
-        end
+        if at then refused_at(server, at) end
         return false, v
     end
     if taken == nil then return nil, v, at end

@@ -76,7 +76,7 @@ end
 local function answer(server, key, what, limit, taken, v, at, asked)
     if taken == 1 and v then return true, v end
     if taken == 0 and v then
-        if at then server.refused_at = at end
+        if at then notify.set_refused_at(server, at) end
         return false, v
     end
     if taken == 2 then return _M.misuse(key, v, limit, server, asked) end
@@ -149,7 +149,7 @@ function _M.make(name, what, scripts, limit)
             ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key),
                 hkey, fkey, args(token, ttl, waiting, "w", fenced))
         else
-            local how = handoff and not server.no_notify and "h" or "w"
+            local how = scripted.how(server, handoff)
             local taken, r, at = eval_values(server.conn, acquire_name, 5, key, waiters_key(key),
                 data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
             ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
@@ -159,15 +159,20 @@ function _M.make(name, what, scripts, limit)
         if ok == nil then v, code = _M.needs_scripts(server, s.asked, v, code) end
         return single.acquired(server, ok, v, code)
     end
+    -- (inside nginx, the worker's subscriber gives back a permit handed to
+    -- a waiter whose request has ended: redlock.ngx_wait)
+    local function give_back(server, key, token) return release(server, release_name, key, token) end
     function s.release(client, key, token)
         local server = client.servers[1]
-        return single.released(server, release(server, release_name, key, token))
+        return single.released(server, give_back(server, key, token))
     end
     -- one extend script for locks, permits and readers (csrc/scripts.h EXTEND)
     s.extend = single.extend
     -- (the kinds run scripts in every mode: their waiters leave by script)
     function s.give_up(client, key, token) return scripted.give_up(client.servers[1], key, token) end
-    s.wait = single.wait
+    function s.wait(client, key, ms, since, token, final)
+        return client.servers[1]:wait(key, ms, since, token, final, give_back)
+    end
     return s
 end
 

@@ -121,8 +121,9 @@ end
 -- waiting), "handed", fence, since when the release handed it the lock
 -- (token: the waiter's, when it may be; redlock.notify), nil when these
 -- ops cannot and the caller must sleep. (since, when the failed attempt
--- was sent, serves redlock.cosocket's wait; final: ms ends at the caller's
--- deadline, see redlock.notify.)
+-- was sent, serves redlock.cosocket's wait, and so does give_back, a
+-- kind's release; final: ms ends at the caller's deadline, see
+-- redlock.notify.)
 function Server:wait(key, ms, _, token, final)
     local wait = self.ops.wait
     if wait then return wait(self, key, ms, token, final) end
@@ -140,9 +141,6 @@ end
 
 -- For redlock.cosocket, whose servers inherit these methods.
 _M.Server = Server
---- Its waiters block on connections of their own (redlock.notify), so a
--- release may hand them the lock directly.
-_M.hands_off = true
 --- How this transport waits between attempts: a blocking sleep (ms).
 _M.sleep = core.sleep
 --- How this transport asks several servers at once (redlock.quorum):
