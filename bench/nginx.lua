@@ -5,7 +5,8 @@
 -- subscriber, redlock.ngx_wait) and for notify = false (polling with the
 -- default retry_delay), in the same run, against one redis-server and one
 -- nginx of its own (spec/openresty/nginx.lua starts examples/openresty).
---   make bench-nginx     (N=400 C=20 HOLD_MS=3 ROUNDS=3)
+-- LIMIT=L: the requests take permits of a semaphore of L instead.
+--   make bench-nginx     (N=400 C=20 HOLD_MS=3 ROUNDS=3 [LIMIT=L])
 local helper = require "helper"
 local nginx = require "openresty.nginx"
 local core = require "redlock.core"
@@ -13,6 +14,7 @@ local core = require "redlock.core"
 local format = string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
 local N, C, HOLD_MS, ROUNDS = env("N", 400), env("C", 20), env("HOLD_MS", 3), env("ROUNDS", 3)
+local LIMIT = env("LIMIT", nil)
 
 local missing = nginx.missing()
 if missing then
@@ -35,7 +37,8 @@ local function run(notify)
     local key = helper.key("bench")
     local paths = {}
     for i = 1, N do
-        paths[i] = format("/contend?key=%s&notify=%d&ms=%d&i=%d", key, notify and 1 or 0, HOLD_MS, i)
+        paths[i] = format("/contend?key=%s&notify=%d&ms=%d&i=%d%s", key, notify and 1 or 0, HOLD_MS, i,
+            LIMIT and "&limit=" .. LIMIT or "")
     end
     local t0 = core.now()
     local codes, bodies = server:parallel(paths, C)
@@ -51,15 +54,15 @@ local function run(notify)
         end
     end
     table.sort(waits)
-    -- the serial limit: one hold after another, as long as ngx.sleep's
-    -- holds really took in this run
-    return N / secs, waits, failed, #waits > 0 and 1000 * #waits / held or 0
+    -- the serial limit: one hold after another (LIMIT at once), as long as
+    -- ngx.sleep's holds really took in this run
+    return N / secs, waits, failed, #waits > 0 and 1000 * #waits * (LIMIT or 1) / held or 0
 end
 
 local median = helper.median
 
-print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under the lock; "
-    .. "median of %d rounds", N, C, HOLD_MS, ROUNDS))
+print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under %s; "
+    .. "median of %d rounds", N, C, HOLD_MS, LIMIT and format("a permit of %d", LIMIT) or "the lock", ROUNDS))
 local rows = {
     { name = "default (notified)", notify = true },
     { name = "notify = false (polling)", notify = false },
@@ -87,14 +90,15 @@ end
 print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx",
     median(rows[1].rps) / median(rows[2].rps), median(rows[1].p99) / median(rows[2].p99)))
 -- against the ideals: a FIFO queue of C requests each holding HOLD_MS
--- waits about C x HOLD_MS; one hold after another serves 1000 / HOLD_MS
--- requests/s (nominal), or 1000 / the mean hold ngx.sleep really gave
-local fifo = C * HOLD_MS
+-- waits about C x HOLD_MS (/ LIMIT); one hold after another serves 1000 /
+-- HOLD_MS requests/s (x LIMIT) (nominal), or 1000 / the mean hold
+-- ngx.sleep really gave
+local fifo = C * HOLD_MS / (LIMIT or 1)
 for _, row in ipairs(rows) do
-    print(format("%-26s wait p99 %.2fx and max %.2fx the FIFO ideal (%d ms); req/s %.2fx the serial limit "
+    print(format("%-26s wait p99 %.2fx and max %.2fx the FIFO ideal (%.0f ms); req/s %.2fx the serial limit "
         .. "(%.0f/s measured, %.2fx the nominal %.0f/s)", row.name, median(row.p99) / fifo,
         median(row.max) / fifo, fifo, median(row.rps) / median(row.limit), median(row.limit),
-        median(row.rps) / (1000 / HOLD_MS), 1000 / HOLD_MS))
+        median(row.rps) / (1000 * (LIMIT or 1) / HOLD_MS), 1000 * (LIMIT or 1) / HOLD_MS))
 end
 server:stop()
 helper.stop_all()

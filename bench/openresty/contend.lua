@@ -1,7 +1,8 @@
 --- The handler of `make bench-nginx` (bench/nginx.lua), loaded into nginx
--- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N takes
--- lock:K (waiting up to 10 s), holds it N ms, releases it, and answers the
--- ms it waited for it and the ms its hold (ngx.sleep) really took.
+-- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N[&limit=L]
+-- takes lock:K (a permit of a semaphore of L with limit), waiting up to
+-- 10 s, holds it N ms, releases it, and answers the ms it waited for it
+-- and the ms its hold (ngx.sleep) really took.
 local redlock = require "redlock"
 local counter = require "counter"
 local core = require "redlock.core"
@@ -25,7 +26,8 @@ end
 function _M.contend()
     local c = client(ngx.var.arg_notify ~= "0")
     local t0 = now()
-    local lock, err = c:acquire("lock:" .. ngx.var.arg_key)
+    local limit = tonumber(ngx.var.arg_limit)
+    local lock, err = c:acquire("lock:" .. ngx.var.arg_key, limit and { limit = limit } or nil)
     local waited = now() - t0
     if not lock then
         ngx.status = 503
