@@ -139,7 +139,7 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
-/* conn:grant(key, token, ttl[, counter]): the uncontended acquire without a
+/* conn:grant(key, token, ttl[, counter[, on]]): the uncontended acquire without a
  * script: SET key token NX PX ttl, and with a counter the fence's
  * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
  * itself, see scripts.h), in one write (one round trip, no Lua on the
@@ -152,6 +152,8 @@ static int conn_eval_values(lua_State *L) { return eval(L, 1); }
  *   1, false, msg     set, but XADD failed with msg: the caller releases
  *                     the key
  *   0                 not set: the key exists (XADD ran all the same)
+ *   -3                nothing sent: the connection is not the one `on`
+ *                     (a connects() count) names, or there is none
  *   nil, msg, code, stale   as conn:command; stale also when SET was
  *                     answered and XADD's reply lost without a timeout
  *                     (the key may hold our token: the script retries)
@@ -180,6 +182,14 @@ static int conn_grant(lua_State *L) {
     if (u->closed)
         return push_closed(L);
     redlock_conn_before_use(u);
+    /* Only on the connection a script ran on (its connects() count, as
+     * the caller recorded it): a new one may reach a server that refuses
+     * scripting now, which would refuse this lock's release. */
+    if (!lua_isnoneornil(L, 6) &&
+        (u->ctx == NULL || luaL_checknumber(L, 6) != (lua_Number)u->connects)) {
+        lua_pushinteger(L, -3);
+        return 1;
+    }
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = redlock_conn_connect(u);
