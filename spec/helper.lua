@@ -665,6 +665,18 @@ function Server:master_addr(name)
     return host and (host .. ":" .. port) or nil
 end
 
+--- Waits (at most ms) until `replica` has everything this master has
+-- written so far: its replication offset reaches the master's, read now.
+-- (A WAIT from redis-cli would not do: it waits for that connection's own
+-- writes, of which there are none.) Returns whether it did.
+function Server:replicated_to(replica, ms)
+    local function offset(server, field)
+        return tonumber(server:cli("INFO", "replication"):match(field .. ":(%d+)")) or -1
+    end
+    local target = offset(self, "master_repl_offset")
+    return _M.eventually(ms, function() return offset(replica, "slave_repl_offset") >= target end)
+end
+
 function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
 function Server:freeze() return self:signal("STOP") end
 function Server:thaw() return self:signal("CONT") end
