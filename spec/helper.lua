@@ -381,9 +381,11 @@ local function ready(self)
     for _ = 1, 250 do
         if not alive(self.pid) then return false end
         local out = self:cli("PING")
-        -- (and still alive: a server that could not bind its port exits,
-        -- and another one may answer there)
-        if out == "PONG" then return alive(self.pid) end
+        -- (and ours: a server that could not bind its port exits, and
+        -- another one may answer there, another test run's say)
+        if out == "PONG" then
+            return alive(self.pid) and self:cli("INFO"):find("process_id:" .. self.pid .. "\r?\n") ~= nil
+        end
         _M.sleep(20)
     end
     return false
