@@ -159,6 +159,57 @@ static int conn_eval_values(lua_State *L) { return eval(L, 1); }
  * order); the caller relies on a lock's validity for the rest (see
  * redlock.scripted.grant). Not for Cluster conns (the counter's slot is
  * the key's: the scripts' way). */
+/* What the grant's XADD answered (type: a hiredis reply type; str, len: its
+ * text): one rule for conn:grant and for the nginx transport's grant, which
+ * reads the reply itself (core.grant_fence). The fence (1 or more); -1: the
+ * acquire script must take it (a seq over 99, a string counter from before
+ * 5.0: WRONGTYPE); -2: no streams (XADD unknown); REDLOCK_GRANT_FAILED:
+ * XADD failed, and err says why (the caller gives the key back). */
+#define REDLOCK_GRANT_FAILED (-3)
+static long long grant_fence(int type, const char *str, size_t len, const char *name, char *err,
+                             size_t errlen) {
+    if (type == REDIS_REPLY_STRING)
+        return redlock_fence_of_id(str, len);
+    if (type == REDIS_REPLY_ERROR && len >= 9 && strncmp(str, "WRONGTYPE", 9) == 0)
+        return -1;
+    if (type == REDIS_REPLY_ERROR && strstr(str, "nknown command") != NULL)
+        return -2;
+    if (type == REDIS_REPLY_ERROR)
+        snprintf(err, errlen, "server: %s: %.*s", name, (int)(len > 200 ? 200 : len), str);
+    else
+        snprintf(err, errlen, "server: %s: unexpected reply to XADD", name);
+    return REDLOCK_GRANT_FAILED;
+}
+
+/* core.grant_fence(name, id, err): grant_fence for the nginx transport's
+ * grant (redlock.cosocket), which parses XADD's reply in Lua: id, its
+ * string reply, or nil and err, its error text (anything else: an
+ * unexpected reply); name: the server's, for the message. Returns the
+ * fence (or -1, -2 as conn:grant), or false, message. */
+static int core_grant_fence(lua_State *L) {
+    size_t len = 0;
+    const char *name = luaL_checkstring(L, 1);
+    const char *str = NULL;
+    int type = REDIS_REPLY_NIL;
+    char err[ERRLEN];
+    long long f;
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        str = lua_tolstring(L, 2, &len);
+        type = REDIS_REPLY_STRING;
+    } else if (lua_isnoneornil(L, 2) && lua_type(L, 3) == LUA_TSTRING) {
+        str = lua_tolstring(L, 3, &len);
+        type = REDIS_REPLY_ERROR;
+    }
+    f = grant_fence(type, str, len, name, err, sizeof err);
+    if (f == REDLOCK_GRANT_FAILED) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushinteger(L, (lua_Integer)f);
+    return 1;
+}
+
 static int conn_grant(lua_State *L) {
     conn_ud *u = check_conn(L);
     size_t len[4];
@@ -257,28 +308,18 @@ static int conn_grant(lua_State *L) {
     if (counter == NULL) {
         lua_pushinteger(L, 0);
     } else {
+        long long f;
         r = (redisReply *)replies[1];
-        if (r->type == REDIS_REPLY_STRING) {
-            lua_pushinteger(L, (lua_Integer)redlock_fence_of_id(r->str, r->len));
-        } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0) {
-            lua_pushinteger(L, -1);
-        } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "nknown command") != NULL) {
-            lua_pushinteger(L, -2);
+        f = grant_fence(r->type, r->str, r->len, u->name, u->err, ERRLEN);
+        /* freed first: lua_pushstring may raise (out of memory) */
+        freeReplyObject(r);
+        if (f != REDLOCK_GRANT_FAILED) {
+            lua_pushinteger(L, (lua_Integer)f);
         } else {
             lua_pushboolean(L, 0);
-            ret = 3;
-            if (r->type == REDIS_REPLY_ERROR)
-                snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
-                         (int)(r->len > 200 ? 200 : r->len), r->str);
-            else
-                snprintf(u->err, ERRLEN, "server: %s: unexpected reply to XADD", u->name);
-            /* freed first: lua_pushstring may raise (out of memory) */
-            freeReplyObject(r);
-            r = NULL;
             lua_pushstring(L, u->err);
+            ret = 3;
         }
-        if (r != NULL)
-            freeReplyObject(r);
     }
     return ret;
 }
@@ -450,5 +491,7 @@ void redlock_conn_open(lua_State *L) {
     redlock_newtype(L, REDLOCK_CONN_MT, meta, methods);
     lua_pushcfunction(L, redlock_conn_new);
     lua_setfield(L, -2, "conn");
+    lua_pushcfunction(L, core_grant_fence);
+    lua_setfield(L, -2, "grant_fence");
 }
 

@@ -20,7 +20,7 @@ local ngx_conn = require "redlock.ngx_conn"
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
-local now = core.now
+local now, grant_fence = core.now, core.grant_fence
 local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, pcall =
     setmetatable, select, type, error, tostring, pcall
@@ -163,6 +163,44 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
     return waited(attempt(server, nil, false, nil, req, nil, w, script, nkeys, ...))
 end
 
+-- The grant's XADD (see Conn:grant), per counter key: sent after the SET,
+-- in its write, and its reply handed back as it is (redlock.ngx_conn)
+local xadds = {}
+local function xadd_request(counter)
+    local w = xadds[counter]
+    if not w then
+        w = { req = encode("XADD", counter, "MAXLEN", "0", "*", "f", "1"), ms = 0, reply = true }
+        xadds[counter] = w
+    end
+    return w
+end
+
+--- core.conn's grant (csrc/conn_lua.c; redlock.scripted.grant uses it):
+-- the uncontended acquire without a script, SET key token NX PX ttl and,
+-- with a counter, the fence's XADD, in one write on one pooled connection,
+-- with the same answers; what XADD's reply means is the C core's rule
+-- (core.grant_fence), the one conn:grant reads it by.
+function Conn:grant(key, token, ttl, counter)
+    local server = self.server
+    if server.cluster then error("bad argument #1 to 'grant' (not for a Cluster)", 2) end
+    if server.closed then return closed() end
+    if not yieldable() then return fallback(server).conn:grant(key, token, ttl, counter) end
+    local req = encode("SET", key, token, "NX", "PX", ttl)
+    if not counter then
+        local v, err, code, stale = attempt(server, nil, false, nil, req, nil, nil)
+        if v == nil then return nil, err, code, stale end
+        if v ~= "OK" then return 0 end
+        return 1, 0
+    end
+    local v, id, err, stale = attempt(server, nil, false, nil, req, nil, xadd_request(counter))
+    if v == nil then return nil, id, err, stale end
+    -- (a held key: XADD ran all the same)
+    if v ~= "OK" then return 0 end
+    return 1, grant_fence(server.name, id, err)
+end
+
+function Conn:connects() return self.server:connects() end
+
 --- Whether a connection is open for this caller now: in cosocket phases,
 -- one held since WATCH or MULTI (the state a caller may need to clean up).
 function Conn:connected()
@@ -210,6 +248,12 @@ function _M.new(spec, mode, o)
         node_pools = {},
         node_views = {},
         slot_fences = b.slot_fences,
+        -- the uncontended acquire without a script, as outside nginx
+        -- (redlock.server, Conn:grant): can_grant is redlock.server's rule
+        grants = false,
+        can_grant = b.can_grant,
+        grants_off = false,
+        refused = false, refused_until = 0,
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),

@@ -345,7 +345,10 @@ end
 -- sent in the same write as req (replica acknowledgement), or nil; the
 -- script's reply is then followed by WAIT's: {acked, fsynced}, or a
 -- message when WAIT failed (an error reply, or the connection after the
--- script's reply).
+-- script's reply). With w.reply (the grant's XADD after its SET,
+-- redlock.cosocket), the second reply comes back as it is: reply, reply2
+-- (nil, and its error text, for an error reply); its loss is a failure
+-- (stale unless it timed out: the first command ran).
 -- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
 -- ask: send ASKING first, in the same write (an ASK redirection: both on
 -- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
@@ -384,10 +387,12 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         rd = new_reader() -- (the failed exchange may have left bytes in it)
         ngx.sleep(TOPO.role_pause / 1000)
     end
-    local ok, v, msg, wres
+    local ok, v, msg, wres, wtext
     if w then
-        limit = limit + w.ms
-        sock:settimeouts(limit, limit, limit)
+        if w.ms > 0 then
+            limit = limit + w.ms
+            sock:settimeouts(limit, limit, limit)
+        end
         ok, v, msg, code = exchange_asking(sock, rd, req .. w.req, ask)
         if ok and v == nil and script and code == "server" and topo_reply("noscript", msg) then
             ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
@@ -401,10 +406,17 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             if not wok then
                 pinned[co] = nil
                 sock:close()
+                if w.reply then
+                    local timed_out = wv == "timeout"
+                    return nil, io_failure(who, wv, "waiting for a reply", limit), "connection",
+                        not timed_out, timed_out
+                end
                 return v, io_failure(who, wv, "waiting for WAIT's reply", limit)
             end
             local acked, fsynced = wait_counts(wv)
-            if acked then
+            if w.reply then
+                wres, wtext = wv, wmsg
+            elseif acked then
                 wres = { acked, fsynced }
             elseif wv == nil and wcode == "server" then
                 wres = format("server: %s: %s", who.name, sub(wmsg, 1, 200))
@@ -460,7 +472,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     if v == nil then
         return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
     end
-    return v, wres
+    return v, wres, wtext
 end
 
 local SLOTS = encode("CLUSTER", "SLOTS")
