@@ -137,7 +137,8 @@ for _, row in ipairs(rows) do
     local limit_rtt = 1000 / (1000 / median(row.limit) + median(row.rel50))
     print(format("%-26s between holders: p50 %.3f ms, p90 %.3f ms, mean %.3f ms, p99 %.3f ms (%.0f%% of that "
         .. "time in gaps over 1 ms); the release's round trip p50 %.3f ms; %.1f ms of the run outside the "
-        .. "holds; req/s over the holds %.0f (%.2fx the serial limit, %.2fx %.0f/s with a round trip per hand-off)",
+        .. "holds; req/s over the holds %.0f (%.2fx the serial limit, %.2fx %.0f/s with a round trip per "
+        .. "hand-off)",
         row.name, median(row.gap50), median(row.gap90), median(row.gapmean), median(row.gap99),
         100 * median(row.over), median(row.rel50), median(row.outside), median(row.span_rps),
         median(row.span_rps) / median(row.limit), median(row.span_rps) / limit_rtt, limit_rtt))
