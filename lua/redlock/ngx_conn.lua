@@ -243,8 +243,11 @@ local function view(self, node)
     return v
 end
 
+-- connect()'s options per pool name: made once, not per connect
+local pool_opts = {}
+
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
--- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
+-- effect (ms), how many times it was reused; or nil, message, timed_out. tmo: a fan-out's time limit instead of the
 -- server's timeouts, doubled for what a new connection has to do first.
 -- node: a Cluster node (redlock.ngx_cluster) to connect to, or nil.
 local function connect(self, tmo, node)
@@ -279,10 +282,15 @@ local function connect(self, tmo, node)
         self.pool = pool
     end
     local ok
+    local opts = pool_opts[pool]
+    if not opts then
+        opts = { pool = pool }
+        pool_opts[pool] = opts
+    end
     if self.path then
-        ok, err = sock:connect(self.path, { pool = pool })
+        ok, err = sock:connect(self.path, opts)
     else
-        ok, err = sock:connect(host, port, { pool = pool })
+        ok, err = sock:connect(host, port, opts)
     end
     if not ok then
         local timed_out = err == "timeout"
@@ -308,11 +316,11 @@ local function connect(self, tmo, node)
             return nil, err, false
         end
     end
-    if tmo and sock:getreusedtimes() > 0 then
+    if tmo and times > 0 then
         rto = tmo
         sock:settimeouts(tmo, tmo, tmo)
     end
-    return sock, nil, nil, rto
+    return sock, nil, nil, rto, times
 end
 
 local function command_name(first)
@@ -368,10 +376,10 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     -- asked again, in the topology core's rounds (csrc/topo.h)
     for round = 1, self.sentinel and not sock and TOPO.role_rounds or 1 do
         if not sock then
-            local timed_out
-            sock, err, timed_out, limit = connect(self, tmo, node)
+            local timed_out, times
+            sock, err, timed_out, limit, times = connect(self, tmo, node)
             if not sock then return nil, err, "connection", false, timed_out end
-            reused = sock:getreusedtimes() > 0
+            reused = times > 0
         end
         if reused then break end
         local ok, again
