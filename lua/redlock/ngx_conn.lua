@@ -247,8 +247,9 @@ end
 local pool_opts = {}
 
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
--- effect (ms), how many times it was reused; or nil, message, timed_out. tmo: a fan-out's time limit instead of the
--- server's timeouts, doubled for what a new connection has to do first.
+-- effect (ms), how many times it was reused; or nil, message, timed_out.
+-- tmo: a fan-out's time limit instead of the server's timeouts, doubled
+-- for what a new connection has to do first.
 -- node: a Cluster node (redlock.ngx_cluster) to connect to, or nil.
 local function connect(self, tmo, node)
     local sock, err = ngx.socket.tcp()
