@@ -139,33 +139,13 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
-/* conn:grant(key, token, ttl[, counter]): the uncontended acquire without a
- * script: SET key token NX PX ttl, and with a counter the fence's
- * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
- * itself, see scripts.h), in one write (one round trip, no Lua on the
- * server). Returns
- *   1, fence          set (fence: from XADD's ID; 0 without counter)
- *   1, -1             set, but the fence must come from the acquire
- *                     script (which takes the key as ours): a seq over 99,
- *                     or a string counter (WRONGTYPE, from before 5.0)
- *   1, -2             the same, on a server without streams (XADD unknown)
- *   1, false, msg     set, but XADD failed with msg: the caller releases
- *                     the key
- *   0                 not set: the key exists (XADD ran all the same)
- *   nil, msg, code, stale   as conn:command; stale also when SET was
- *                     answered and XADD's reply lost without a timeout
- *                     (the key may hold our token: the script retries)
- * XADD runs after the SET on the server (one connection's commands run in
- * order); the caller relies on a lock's validity for the rest (see
- * redlock.scripted.grant). Not for Cluster conns (the counter's slot is
- * the key's: the scripts' way). */
 /* What the grant's XADD answered (type: a hiredis reply type; str, len: its
  * text): one rule for conn:grant and for the nginx transport's grant, which
  * reads the reply itself (core.grant_fence). The fence (1 or more); -1: the
  * acquire script must take it (a seq over 99, a string counter from before
- * 5.0: WRONGTYPE); -2: no streams (XADD unknown); REDLOCK_GRANT_FAILED:
+ * 5.0: WRONGTYPE); -2: no streams (XADD unknown); GRANT_FENCE_FAILED:
  * XADD failed, and err says why (the caller gives the key back). */
-#define REDLOCK_GRANT_FAILED (-3)
+#define GRANT_FENCE_FAILED (-100)
 static long long grant_fence(int type, const char *str, size_t len, const char *name, char *err,
                              size_t errlen) {
     if (type == REDIS_REPLY_STRING)
@@ -178,7 +158,7 @@ static long long grant_fence(int type, const char *str, size_t len, const char *
         snprintf(err, errlen, "server: %s: %.*s", name, (int)(len > 200 ? 200 : len), str);
     else
         snprintf(err, errlen, "server: %s: unexpected reply to XADD", name);
-    return REDLOCK_GRANT_FAILED;
+    return GRANT_FENCE_FAILED;
 }
 
 /* core.grant_fence(name, id, err): grant_fence for the nginx transport's
@@ -201,7 +181,7 @@ static int core_grant_fence(lua_State *L) {
         type = REDIS_REPLY_ERROR;
     }
     f = grant_fence(type, str, len, name, err, sizeof err);
-    if (f == REDLOCK_GRANT_FAILED) {
+    if (f == GRANT_FENCE_FAILED) {
         lua_pushboolean(L, 0);
         lua_pushstring(L, err);
         return 2;
@@ -210,6 +190,28 @@ static int core_grant_fence(lua_State *L) {
     return 1;
 }
 
+/* conn:grant(key, token, ttl[, counter[, on]]): the uncontended acquire without a
+ * script: SET key token NX PX ttl, and with a counter the fence's
+ * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
+ * itself, see scripts.h), in one write (one round trip, no Lua on the
+ * server). Returns
+ *   1, fence          set (fence: from XADD's ID; 0 without counter)
+ *   1, -1             set, but the fence must come from the acquire
+ *                     script (which takes the key as ours): a seq over 99,
+ *                     or a string counter (WRONGTYPE, from before 5.0)
+ *   1, -2             the same, on a server without streams (XADD unknown)
+ *   1, false, msg     set, but XADD failed with msg: the caller releases
+ *                     the key
+ *   0                 not set: the key exists (XADD ran all the same)
+ *   -3                nothing sent: the connection is not the one `on`
+ *                     (a connects() count) names, or there is none
+ *   nil, msg, code, stale   as conn:command; stale also when SET was
+ *                     answered and XADD's reply lost without a timeout
+ *                     (the key may hold our token: the script retries)
+ * XADD runs after the SET on the server (one connection's commands run in
+ * order); the caller relies on a lock's validity for the rest (see
+ * redlock.scripted.grant). Not for Cluster conns (the counter's slot is
+ * the key's: the scripts' way). */
 static int conn_grant(lua_State *L) {
     conn_ud *u = check_conn(L);
     size_t len[4];
@@ -231,6 +233,14 @@ static int conn_grant(lua_State *L) {
     if (u->closed)
         return push_closed(L);
     redlock_conn_before_use(u);
+    /* Only on the connection a script ran on (its connects() count, as
+     * the caller recorded it): a new one may reach a server that refuses
+     * scripting now, which would refuse this lock's release. */
+    if (!lua_isnoneornil(L, 6) &&
+        (u->ctx == NULL || luaL_checknumber(L, 6) != (lua_Number)u->connects)) {
+        lua_pushinteger(L, -3);
+        return 1;
+    }
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = redlock_conn_connect(u);
@@ -313,7 +323,7 @@ static int conn_grant(lua_State *L) {
         f = grant_fence(r->type, r->str, r->len, u->name, u->err, ERRLEN);
         /* freed first: lua_pushstring may raise (out of memory) */
         freeReplyObject(r);
-        if (f != REDLOCK_GRANT_FAILED) {
+        if (f != GRANT_FENCE_FAILED) {
             lua_pushinteger(L, (lua_Integer)f);
         } else {
             lua_pushboolean(L, 0);
@@ -340,9 +350,10 @@ static int conn_eval_wait(lua_State *L) {
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
     int aof = lua_toboolean(L, 5), nkeys = (int)luaL_checkinteger(L, 6), top = lua_gettop(L);
-    int argc, rc, stale;
+    int argc, rc, stale, outcome, base, nvals;
     long long acked = 0, fsynced = -1;
-    char nkeys_s[16];
+    char nkeys_s[16], errtext[200];
+    size_t errlen = 0;
     redlock_argv a;
     redlock_wait w;
     redlock_cmd cmd;
@@ -370,28 +381,43 @@ static int conn_eval_wait(lua_State *L) {
             freeReplyObject(r2);
         return push_outcome(L, u, OK, 0, r1, 1);
     }
+    /* r2's outcome is read and r2 freed, and r1 pushed (which frees it
+     * even when Lua runs out of memory), before anything else is pushed:
+     * a push that raises leaks no reply. */
     if (rc != OK) {
-        lua_pushboolean(L, 0);
-        lua_pushstring(L, u->err);
+        outcome = 0;
     } else if (r2->type == REDIS_REPLY_ERROR) {
-        lua_pushboolean(L, 0);
-        lua_pushfstring(L, "server: %s: ", u->name);
-        lua_pushlstring(L, r2->str, r2->len > 200 ? 200 : r2->len);
-        lua_concat(L, 2);
-        freeReplyObject(r2);
+        outcome = 1;
+        errlen = r2->len > sizeof errtext ? sizeof errtext : r2->len;
+        memcpy(errtext, r2->str, errlen);
     } else {
-        int bad = redlock_wait_parse(r2, &acked, &fsynced);
+        outcome = redlock_wait_parse(r2, &acked, &fsynced) ? 2 : 3;
+    }
+    if (r2 != NULL)
         freeReplyObject(r2);
-        if (bad) {
-            lua_pushboolean(L, 0);
+    base = lua_gettop(L);
+    nvals = redlock_push_reply_free(L, r1, 1);
+    luaL_checkstack(L, 3, "eval_wait");
+    if (outcome == 3) {
+        lua_pushinteger(L, (lua_Integer)acked);
+        lua_insert(L, base + 1);
+        lua_pushinteger(L, (lua_Integer)fsynced);
+    } else {
+        lua_pushboolean(L, 0);
+        lua_insert(L, base + 1);
+        if (outcome == 0) {
+            lua_pushstring(L, u->err);
+        } else if (outcome == 1) {
+            lua_pushfstring(L, "server: %s: ", u->name);
+            lua_pushlstring(L, errtext, errlen);
+            lua_concat(L, 2);
+        } else {
             lua_pushfstring(L, "server: %s: unexpected reply to %s", u->name,
                             aof ? "WAITAOF" : "WAIT");
-        } else {
-            lua_pushinteger(L, (lua_Integer)acked);
-            lua_pushinteger(L, (lua_Integer)fsynced);
         }
     }
-    return 2 + redlock_push_reply_free(L, r1, 1);
+    lua_insert(L, base + 2);
+    return 2 + nvals;
 }
 
 static int conn_close(lua_State *L) {

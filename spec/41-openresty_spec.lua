@@ -598,6 +598,27 @@ describe("OpenResty (nginx + Lua module)", function()
             assert.same({}, ngx_server:errors())
         end)
 
+        it("in mode script, a new pooled connection asks the script first: no lock is taken that a server"
+            .. " refusing scripting now could not release", function()
+            local srv = helper.start_server { password = "admin-pw" }
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "on", ">locker-pw", "~*", "&*", "+@all"))
+            local key = helper.key("grant_new")
+            local q = string.format("/grant?port=%d&user=locker&password=locker-pw&mode=script&key=%s", srv.port,
+                key)
+            local last = rising(lines((ngx_server:get(q .. ":warm&n=2"))), 0, 2)
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "-@scripting"))
+            srv:cli("CLIENT", "KILL", "USER", "locker") -- the pooled connections end
+            for i = 1, 2 do
+                local t = lines((ngx_server:get(q .. ":refused" .. i .. "&n=1")))
+                assert.equal("server", t.code, t.err)
+                assert.equal(0, tonumber(srv:cli("EXISTS", key .. ":refused" .. i .. ":1")))
+            end
+            assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "+@scripting"))
+            rising(lines((ngx_server:get(q .. ":again&n=2"))), last, 2)
+            srv:stop()
+            assert.same({}, ngx_server:errors())
+        end)
+
         local function wait_for_key(key)
             for _ = 1, 250 do
                 if data:command("EXISTS", key) == 1 then return true end

@@ -164,38 +164,48 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
 end
 
 -- The grant's XADD (see Conn:grant), per counter key: sent after the SET,
--- in its write, and its reply handed back as it is (redlock.ngx_conn)
+-- in its write, and its reply handed back as it is; and, fenced or not,
+-- only on a pooled connection (redlock.ngx_conn's attempt)
 local xadds = {}
 local function xadd_request(counter)
     local w = xadds[counter]
     if not w then
-        w = { req = encode("XADD", counter, "MAXLEN", "0", "*", "f", "1"), ms = 0, reply = true }
+        w = { req = encode("XADD", counter, "MAXLEN", "0", "*", "f", "1"), ms = 0, reply = true,
+            pooled = true }
         xadds[counter] = w
     end
     return w
 end
+local POOLED = { ms = 0, pooled = true }
 
 --- core.conn's grant (csrc/conn_lua.c; redlock.scripted.grant uses it):
 -- the uncontended acquire without a script, SET key token NX PX ttl and,
 -- with a counter, the fence's XADD, in one write on one pooled connection,
 -- with the same answers; what XADD's reply means is the C core's rule
--- (core.grant_fence), the one conn:grant reads it by.
-function Conn:grant(key, token, ttl, counter)
+-- (core.grant_fence), the one conn:grant reads it by. on: the connects()
+-- count a script ran at; -3 (nothing sent) when a connection was made
+-- since, or when none is pooled now (a new one, which no script ran on,
+-- is made and pooled for the next caller): it may reach a server that
+-- refuses scripting now, and with it this lock's release.
+function Conn:grant(key, token, ttl, counter, on)
     local server = self.server
     if server.cluster then error("bad argument #1 to 'grant' (not for a Cluster)", 2) end
     if server.closed then return closed() end
-    if not yieldable() then return fallback(server).conn:grant(key, token, ttl, counter) end
-    local req = encode("SET", key, token, "NX", "PX", ttl)
-    if not counter then
-        local v, err, code, stale = attempt(server, nil, false, nil, req, nil, nil)
-        if v == nil then return nil, err, code, stale end
-        if v ~= "OK" then return 0 end
-        return 1, 0
+    if on ~= nil and on ~= server:connects() then return -3 end
+    if not yieldable() then
+        local conn = fallback(server).conn
+        return conn:grant(key, token, ttl, counter, on and conn:connects())
     end
-    local v, id, err, stale = attempt(server, nil, false, nil, req, nil, xadd_request(counter))
-    if v == nil then return nil, id, err, stale end
+    local req = encode("SET", key, token, "NX", "PX", ttl)
+    local w = counter and xadd_request(counter) or POOLED
+    local v, id, err, stale = attempt(server, nil, false, nil, req, nil, w)
+    if v == nil then
+        if err == "new" then return -3 end
+        return nil, id, err, stale
+    end
     -- (a held key: XADD ran all the same)
     if v ~= "OK" then return 0 end
+    if not counter then return 1, 0 end
     return 1, grant_fence(server.name, id, err)
 end
 

@@ -357,7 +357,9 @@ end
 -- script's reply). With w.reply (the grant's XADD after its SET,
 -- redlock.cosocket), the second reply comes back as it is: reply, reply2
 -- (nil, and its error text, for an error reply); its loss is a failure
--- (stale unless it timed out: the first command ran).
+-- (stale unless it timed out: the first command ran). With w.pooled, only
+-- on a pooled connection: a new one is made, kept, and the answer is nil,
+-- nil, "new" (nothing sent). (w.req nil: no second command.)
 -- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
 -- ask: send ASKING first, in the same write (an ASK redirection: both on
 -- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
@@ -396,8 +398,15 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         rd = new_reader() -- (the failed exchange may have left bytes in it)
         ngx.sleep(TOPO.role_pause / 1000)
     end
+    if w and w.pooled and not reused then
+        -- a new connection (AUTH, SELECT done) that no script ran on: kept
+        -- for the next caller, and nothing sent (redlock.cosocket's grant)
+        keep_reader(self, rd)
+        if not sock:setkeepalive(self.keepalive_timeout, self.pool_size) then sock:close() end
+        return nil, nil, "new"
+    end
     local ok, v, msg, wres, wtext
-    if w then
+    if w and w.req then
         if w.ms > 0 then
             limit = limit + w.ms
             sock:settimeouts(limit, limit, limit)
