@@ -5,7 +5,7 @@
 -- subscriber, redlock.ngx_wait) and for notify = false (polling with the
 -- default retry_delay), in the same run, against one redis-server and one
 -- nginx of its own (spec/openresty/nginx.lua starts examples/openresty).
---   make bench-nginx     (N=400 C=20 HOLD_MS=3 ROUNDS=3)
+--   make bench-nginx     (N=400 C=20 HOLD_MS=3 ROUNDS=3 WORKERS=4)
 local helper = require "helper"
 local nginx = require "openresty.nginx"
 local core = require "redlock.core"
@@ -13,6 +13,7 @@ local core = require "redlock.core"
 local format = string.format
 local function env(name, default) return tonumber(os.getenv(name)) or default end
 local N, C, HOLD_MS, ROUNDS = env("N", 400), env("C", 20), env("HOLD_MS", 3), env("ROUNDS", 3)
+local WORKERS = env("WORKERS", 4)
 
 local missing = nginx.missing()
 if missing then
@@ -22,7 +23,7 @@ end
 
 local redis = helper.start_server()
 local server = nginx.start {
-    workers = 4, redis = redis, lua_path = "@REPO@/bench/openresty/?.lua;",
+    workers = WORKERS, redis = redis, lua_path = "@REPO@/bench/openresty/?.lua;",
     server = [[location = /contend { content_by_lua_block { require("contend").contend() } }]],
 }
 
@@ -69,8 +70,8 @@ end
 
 local median = helper.median
 
-print(format("bench-nginx: %d requests on one key, %d at a time, 4 workers, %d ms under the lock; "
-    .. "median of %d rounds", N, C, HOLD_MS, ROUNDS))
+print(format("bench-nginx: %d requests on one key, %d at a time, %d workers, %d ms under the lock; "
+    .. "median of %d rounds", N, C, WORKERS, HOLD_MS, ROUNDS))
 local rows = {
     { name = "default (notified)", notify = true },
     { name = "notify = false (polling)", notify = false },
