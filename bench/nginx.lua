@@ -1,6 +1,6 @@
 --- Benchmark: contention inside nginx. N requests on one key, C at a time
--- (curl --parallel), each holding the lock HOLD_MS (ngx.sleep) over 4
--- workers: requests/s and the wait for the lock (p50, p99, max), for the
+-- (curl --parallel), each holding the lock HOLD_MS (ngx.sleep) over WORKERS
+-- (default 4) workers: requests/s and the wait for the lock (p50, p99, max), for the
 -- default client (a release wakes a waiter through its worker's
 -- subscriber, redlock.ngx_wait) and for notify = false (polling with the
 -- default retry_delay), in the same run, against one redis-server and one
