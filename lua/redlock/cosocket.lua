@@ -71,6 +71,7 @@ local fallback, pool_name, handshake, setup = ngx_conn.fallback, ngx_conn.pool_n
     ngx_conn.setup
 local view, command_name, attempt, routed = ngx_conn.view, ngx_conn.command_name, ngx_conn.attempt,
     ngx_conn.routed
+local NEW_CONN = ngx_conn.NEW_CONN
 
 local function closed()
     return nil, "closed: the connection is closed", "closed"
@@ -200,7 +201,7 @@ function Conn:grant(key, token, ttl, counter, on)
     local w = counter and xadd_request(counter) or POOLED
     local v, id, err, stale = attempt(server, nil, false, nil, req, nil, w)
     if v == nil then
-        if err == "new" then return -3 end
+        if err == NEW_CONN then return -3 end
         return nil, id, err, stale
     end
     -- (a held key: XADD ran all the same)

@@ -26,6 +26,10 @@ local _M = {}
 local PIN = { WATCH = true, MULTI = true }
 local UNPIN = { EXEC = true, DISCARD = true, UNWATCH = true }
 
+-- attempt's answer to a request it sent nothing for, as asked (w.pooled):
+-- the connection was new
+local NEW_CONN = "new connection"
+
 local READ_SIZE = 16384
 local MAX_READERS = 8
 
@@ -359,7 +363,7 @@ end
 -- (nil, and its error text, for an error reply); its loss is a failure
 -- (stale unless it timed out: the first command ran). With w.pooled, only
 -- on a pooled connection: a new one is made, kept, and the answer is nil,
--- nil, "new" (nothing sent). (w.req nil: no second command.)
+-- nil, NEW_CONN (nothing sent). (w.req nil: no second command.)
 -- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
 -- ask: send ASKING first, in the same write (an ASK redirection: both on
 -- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
@@ -403,7 +407,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         -- for the next caller, and nothing sent (redlock.cosocket's grant)
         keep_reader(self, rd)
         if not sock:setkeepalive(self.keepalive_timeout, self.pool_size) then sock:close() end
-        return nil, nil, "new"
+        return nil, nil, NEW_CONN
     end
     local ok, v, msg, wres, wtext
     if w and w.req then
@@ -546,5 +550,6 @@ _M.view = view
 _M.command_name = command_name
 _M.attempt = attempt
 _M.routed = routed
+_M.NEW_CONN = NEW_CONN
 
 return _M
