@@ -3,8 +3,9 @@
 -- a Sentinel failover, sentinels that name a replica, a hung sentinel) run
 -- through every path that reaches Redis: the plain client (hiredis), alone
 -- and waiting for a replica, the Redlock fan-out with the topology as one
--- voter, the renewal thread of one server and of a Redlock, and nginx's
--- cosockets (spec/conformance.lua has the drivers). Each case says
+-- voter, the renewal thread of one server and of a Redlock, nginx's
+-- cosockets, and nginx's renewal from timers (spec/conformance.lua has the
+-- drivers). Each case says
 -- once what must come out, and a table of case x driver makes one test of
 -- each cell. Real servers only: one Cluster (3 masters, 1 replica each) and
 -- one Sentinel group, shared by the cases, in the order below (the
