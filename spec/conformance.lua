@@ -346,6 +346,8 @@ function nginx_renew.observe(_, _, held)
     assert(code == 200, "nginx answered " .. tostring(code) .. ": " .. tostring(body))
     local t = lines(body)
     local ok = t.held == "true"
+    -- the renewal's own report and lock:lost() tell one story
+    assert(t.agree == "true", "the renewal's handle and lock:lost() disagree: " .. body)
     return { ok = ok, token = held.token, key = held.key,
         err = ok and t.err or (tostring(t.why) .. ": " .. tostring(t.err)) }
 end

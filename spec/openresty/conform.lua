@@ -58,12 +58,15 @@ local function hold(args)
     ngx.say("transport=", lock.client.servers[1].transport)
 end
 
--- op=observe: whether the renewal of op=hold kept the lock.
+-- op=observe: whether the renewal of op=hold kept the lock, as its handle
+-- says (held=), and whether lock:lost() says the same (agree=).
 local function observe(key)
     local lock, handle = held[key], renewals[key]
     if not lock or not handle then return fail("no renewed lock on " .. tostring(key), "test") end
     local lost, why = lock:lost()
-    ngx.say("held=", tostring(not (lost or handle.lost or not handle.active)))
+    local kept = handle.active and not handle.lost
+    ngx.say("held=", tostring(kept))
+    ngx.say("agree=", tostring(kept == not lost))
     if lost then ngx.say("why=", why) end
     if handle.err then ngx.say("err=", handle.err) end
 end
