@@ -381,9 +381,11 @@ local function ready(self)
     for _ = 1, 250 do
         if not alive(self.pid) then return false end
         local out = self:cli("PING")
-        -- (and still alive: a server that could not bind its port exits,
-        -- and another one may answer there)
-        if out == "PONG" then return alive(self.pid) end
+        -- (and ours: a server that could not bind its port exits, and
+        -- another one may answer there, another test run's say)
+        if out == "PONG" then
+            return alive(self.pid) and self:cli("INFO"):find("process_id:" .. self.pid .. "\r?\n") ~= nil
+        end
         _M.sleep(20)
     end
     return false
@@ -583,19 +585,33 @@ end
 --- Starts a Redis Cluster of `masters` masters with `replicas` replicas
 -- each (redis-cli --cluster create) on free ports, and waits until every
 -- node says cluster_state:ok. Returns { nodes = {server, ...}, url =
--- "redis+cluster://...", seeds = {"127.0.0.1:port", ...} }.
+-- "redis+cluster://...", seeds = {"127.0.0.1:port", ...} }. opts.tls =
+-- certs (from tls_certs()): every node TLS only, as start_tls_server's
+-- tls_only (its one port speaks TLS, the cluster bus and replication too:
+-- tls-cluster, tls-replication), and url is "rediss+cluster://...".
 function _M.start_cluster(masters, replicas, opts)
     opts = opts or {}
+    local certs = opts.tls
+    local tls = certs and { ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key }
     local nodes, addrs = {}, {}
     for i = 1, masters * (1 + replicas) do
         local config = { "cluster-enabled yes", "cluster-config-file nodes.conf",
             "cluster-node-timeout " .. (opts.node_timeout or 2000), "cluster-require-full-coverage no" }
+        if certs then
+            for _, l in ipairs({ "tls-cert-file " .. certs.server_crt, "tls-key-file " .. certs.server_key,
+                "tls-ca-cert-file " .. certs.ca, "tls-auth-clients no", "tls-cluster yes",
+                "tls-replication yes" }) do
+                config[#config + 1] = l
+            end
+        end
         for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
-        nodes[i] = _M.start_server({ config = config, server_dir = opts.server_dir })
+        nodes[i] = _M.start_server({ config = config, server_dir = opts.server_dir, tls = tls })
+        if certs then nodes[i].tls_port = nodes[i].port end
         addrs[i] = "127.0.0.1:" .. nodes[i].port
     end
     local _, cli = binaries(opts.server_dir)
-    local out = read_cmd(NO_PRELOAD .. quote(cli) .. " --cluster create " .. table.concat(addrs, " ")
+    local out = read_cmd(NO_PRELOAD .. (tls and "timeout 60 " or "") .. quote(cli) .. " "
+        .. (nodes[1].tls_cli or "") .. " --cluster create " .. table.concat(addrs, " ")
         .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
     assert(out:find("All 16384 slots covered", 1, true), "redis-cli --cluster create failed:\n" .. out)
     assert(_M.eventually(20000, function()
@@ -604,7 +620,8 @@ function _M.start_cluster(masters, replicas, opts)
         end
         return true
     end), "the cluster did not reach cluster_state:ok")
-    return { nodes = nodes, seeds = addrs, url = "redis+cluster://" .. table.concat(addrs, ",", 1, 2) }
+    return { nodes = nodes, seeds = addrs,
+        url = (certs and "rediss" or "redis") .. "+cluster://" .. table.concat(addrs, ",", 1, 2) }
 end
 
 --- Moves `slot` of a cluster (from start_cluster) from master src to
@@ -663,6 +680,18 @@ function Server:master_addr(name)
     local out = self:cli("SENTINEL", "get-master-addr-by-name", name)
     local host, port = out:match("^(%S+)%s+(%d+)$")
     return host and (host .. ":" .. port) or nil
+end
+
+--- Waits (at most ms) until `replica` has everything this master has
+-- written so far: its replication offset reaches the master's, read now.
+-- (A WAIT from redis-cli would not do: it waits for that connection's own
+-- writes, of which there are none.) Returns whether it did.
+function Server:replicated_to(replica, ms)
+    local function offset(server, field)
+        return tonumber(server:cli("INFO", "replication"):match(field .. ":(%d+)")) or -1
+    end
+    local target = offset(self, "master_repl_offset")
+    return _M.eventually(ms, function() return offset(replica, "slave_repl_offset") >= target end)
 end
 
 function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
