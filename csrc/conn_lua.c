@@ -192,8 +192,8 @@ static int core_grant_fence(lua_State *L) {
 
 /* conn:grant(key, token, ttl[, counter[, on]]): the uncontended acquire without a
  * script: SET key token NX PX ttl, and with a counter the fence's
- * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
- * itself, see scripts.h), in one write (one round trip, no Lua on the
+ * XADD of REDLOCK_GRANT_FENCE_ARGV (raised to the server's clock by the
+ * server itself, see scripts.h), in one write (one round trip, no Lua on the
  * server). Returns
  *   1, fence          set (fence: from XADD's ID; 0 without counter)
  *   1, -1             set, but the fence must come from the acquire
@@ -221,8 +221,8 @@ static int conn_grant(lua_State *L) {
     const char *counter = luaL_optlstring(L, 5, NULL, &len[3]);
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
     size_t setlen[6] = {3, len[0], len[1], 2, 2, len[2]};
-    const char *xadd[7] = {"XADD", counter, "MAXLEN", "0", "*", "f", "1"};
-    size_t xaddlen[7] = {4, len[3], 6, 1, 1, 1, 1};
+    const char *xadd[REDLOCK_GRANT_FENCE_ARGC] = REDLOCK_GRANT_FENCE_ARGV(counter);
+    size_t xaddlen[REDLOCK_GRANT_FENCE_ARGC];
     char stack[512], *cmd = NULL;
     long n;
     int reused, failed, got = 0, nreplies = counter != NULL ? 2 : 1, ret;
@@ -252,7 +252,10 @@ static int conn_grant(lua_State *L) {
     if (n >= 0 && cmd != stack)
         free(cmd);
     if (!failed && counter != NULL) {
-        n = redlock_encode(stack, sizeof stack, 7, xadd, xaddlen, &cmd);
+        int i;
+        for (i = 0; i < REDLOCK_GRANT_FENCE_ARGC; i++)
+            xaddlen[i] = i == 1 ? len[3] : strlen(xadd[i]);
+        n = redlock_encode(stack, sizeof stack, REDLOCK_GRANT_FENCE_ARGC, xadd, xaddlen, &cmd);
         failed = n < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)n) != REDIS_OK;
         if (n >= 0 && cmd != stack)
             free(cmd);

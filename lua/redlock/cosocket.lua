@@ -21,7 +21,7 @@ local hold = require "redlock.hold"
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
-local now, grant_fence = core.now, core.grant_fence
+local now, grant_fence, grant_fence_command = core.now, core.grant_fence, core.grant_fence_command
 local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, pcall =
     setmetatable, select, type, error, tostring, pcall
@@ -165,15 +165,15 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
     return waited(attempt(server, nil, false, nil, req, nil, w, script, nkeys, ...))
 end
 
--- The grant's XADD (see Conn:grant), per counter key: sent after the SET,
+-- The grant's XADD (see Conn:grant; its words are the C core's, the one
+-- definition: core.grant_fence_command), per counter key: sent after the SET,
 -- in its write, and its reply handed back as it is; and, fenced or not,
 -- only on a pooled connection (redlock.ngx_conn's attempt)
 local xadds = {}
 local function xadd_request(counter)
     local w = xadds[counter]
     if not w then
-        w = { req = encode("XADD", counter, "MAXLEN", "0", "*", "f", "1"), ms = 0, reply = true,
-            pooled = true }
+        w = { req = encode(unpack(grant_fence_command(counter))), ms = 0, reply = true, pooled = true }
         xadds[counter] = w
     end
     return w
