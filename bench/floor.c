@@ -399,14 +399,15 @@ static void legacy_cycle(const char *key, const char *fence_key, const char *ttl
 }
 
 /* SET NX PX and XADD of the counter in one write on every server, then
- * both replies of each: the library's uncontended acquire. */
+ * both replies of each: the library's uncontended acquire (the XADD's
+ * words from scripts.h, as conn:grant's). */
 static void grant(const char *fence_key, const char **set) {
-    const char *xadd[7] = {"XADD", fence_key, "MAXLEN", "0", "*", "f", "1"};
+    const char *xadd[REDLOCK_GRANT_FENCE_ARGC] = REDLOCK_GRANT_FENCE_ARGV(fence_key);
     int i, j, done;
     void *r;
     for (i = 0; i < nservers; i++) {
         if (redisAppendCommandArgv(ctx[i], 6, set, NULL) != REDIS_OK ||
-            redisAppendCommandArgv(ctx[i], 7, xadd, NULL) != REDIS_OK)
+            redisAppendCommandArgv(ctx[i], REDLOCK_GRANT_FENCE_ARGC, xadd, NULL) != REDIS_OK)
             die("could not encode a command", ctx[i]->errstr);
         do {
             if (redisBufferWrite(ctx[i], &done) != REDIS_OK)

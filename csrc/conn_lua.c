@@ -139,10 +139,61 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
+/* What the grant's XADD answered (type: a hiredis reply type; str, len: its
+ * text): one rule for conn:grant and for the nginx transport's grant, which
+ * reads the reply itself (core.grant_fence). The fence (1 or more); -1: the
+ * acquire script must take it (a seq over 99, a string counter from before
+ * 5.0: WRONGTYPE); -2: no streams (XADD unknown); GRANT_FENCE_FAILED:
+ * XADD failed, and err says why (the caller gives the key back). */
+#define GRANT_FENCE_FAILED (-100)
+static long long grant_fence(int type, const char *str, size_t len, const char *name, char *err,
+                             size_t errlen) {
+    if (type == REDIS_REPLY_STRING)
+        return redlock_fence_of_id(str, len);
+    if (type == REDIS_REPLY_ERROR && len >= 9 && strncmp(str, "WRONGTYPE", 9) == 0)
+        return -1;
+    if (type == REDIS_REPLY_ERROR && strstr(str, "nknown command") != NULL)
+        return -2;
+    if (type == REDIS_REPLY_ERROR)
+        snprintf(err, errlen, "server: %s: %.*s", name, (int)(len > 200 ? 200 : len), str);
+    else
+        snprintf(err, errlen, "server: %s: unexpected reply to XADD", name);
+    return GRANT_FENCE_FAILED;
+}
+
+/* core.grant_fence(name, id, err): grant_fence for the nginx transport's
+ * grant (redlock.cosocket), which parses XADD's reply in Lua: id, its
+ * string reply, or nil and err, its error text (anything else: an
+ * unexpected reply); name: the server's, for the message. Returns the
+ * fence (or -1, -2 as conn:grant), or false, message. */
+static int core_grant_fence(lua_State *L) {
+    size_t len = 0;
+    const char *name = luaL_checkstring(L, 1);
+    const char *str = NULL;
+    int type = REDIS_REPLY_NIL;
+    char err[ERRLEN];
+    long long f;
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        str = lua_tolstring(L, 2, &len);
+        type = REDIS_REPLY_STRING;
+    } else if (lua_isnoneornil(L, 2) && lua_type(L, 3) == LUA_TSTRING) {
+        str = lua_tolstring(L, 3, &len);
+        type = REDIS_REPLY_ERROR;
+    }
+    f = grant_fence(type, str, len, name, err, sizeof err);
+    if (f == GRANT_FENCE_FAILED) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushinteger(L, (lua_Integer)f);
+    return 1;
+}
+
 /* conn:grant(key, token, ttl[, counter[, on]]): the uncontended acquire without a
  * script: SET key token NX PX ttl, and with a counter the fence's
- * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
- * itself, see scripts.h), in one write (one round trip, no Lua on the
+ * XADD of REDLOCK_GRANT_FENCE_ARGV (raised to the server's clock by the
+ * server itself, see scripts.h), in one write (one round trip, no Lua on the
  * server). Returns
  *   1, fence          set (fence: from XADD's ID; 0 without counter)
  *   1, -1             set, but the fence must come from the acquire
@@ -170,8 +221,8 @@ static int conn_grant(lua_State *L) {
     const char *counter = luaL_optlstring(L, 5, NULL, &len[3]);
     const char *set[6] = {"SET", key, token, "NX", "PX", ttl};
     size_t setlen[6] = {3, len[0], len[1], 2, 2, len[2]};
-    const char *xadd[7] = {"XADD", counter, "MAXLEN", "0", "*", "f", "1"};
-    size_t xaddlen[7] = {4, len[3], 6, 1, 1, 1, 1};
+    const char *xadd[REDLOCK_GRANT_FENCE_ARGC] = REDLOCK_GRANT_FENCE_ARGV(counter);
+    size_t xaddlen[REDLOCK_GRANT_FENCE_ARGC];
     char stack[512], *cmd = NULL;
     long n;
     int reused, failed, got = 0, nreplies = counter != NULL ? 2 : 1, ret;
@@ -201,7 +252,10 @@ static int conn_grant(lua_State *L) {
     if (n >= 0 && cmd != stack)
         free(cmd);
     if (!failed && counter != NULL) {
-        n = redlock_encode(stack, sizeof stack, 7, xadd, xaddlen, &cmd);
+        int i;
+        for (i = 0; i < REDLOCK_GRANT_FENCE_ARGC; i++)
+            xaddlen[i] = i == 1 ? len[3] : strlen(xadd[i]);
+        n = redlock_encode(stack, sizeof stack, REDLOCK_GRANT_FENCE_ARGC, xadd, xaddlen, &cmd);
         failed = n < 0 || redisAppendFormattedCommand(u->ctx, cmd, (size_t)n) != REDIS_OK;
         if (n >= 0 && cmd != stack)
             free(cmd);
@@ -267,28 +321,18 @@ static int conn_grant(lua_State *L) {
     if (counter == NULL) {
         lua_pushinteger(L, 0);
     } else {
+        long long f;
         r = (redisReply *)replies[1];
-        if (r->type == REDIS_REPLY_STRING) {
-            lua_pushinteger(L, (lua_Integer)redlock_fence_of_id(r->str, r->len));
-        } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0) {
-            lua_pushinteger(L, -1);
-        } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "nknown command") != NULL) {
-            lua_pushinteger(L, -2);
+        f = grant_fence(r->type, r->str, r->len, u->name, u->err, ERRLEN);
+        /* freed first: lua_pushstring may raise (out of memory) */
+        freeReplyObject(r);
+        if (f != GRANT_FENCE_FAILED) {
+            lua_pushinteger(L, (lua_Integer)f);
         } else {
             lua_pushboolean(L, 0);
-            ret = 3;
-            if (r->type == REDIS_REPLY_ERROR)
-                snprintf(u->err, ERRLEN, "server: %s: %.*s", u->name,
-                         (int)(r->len > 200 ? 200 : r->len), r->str);
-            else
-                snprintf(u->err, ERRLEN, "server: %s: unexpected reply to XADD", u->name);
-            /* freed first: lua_pushstring may raise (out of memory) */
-            freeReplyObject(r);
-            r = NULL;
             lua_pushstring(L, u->err);
+            ret = 3;
         }
-        if (r != NULL)
-            freeReplyObject(r);
     }
     return ret;
 }
@@ -476,5 +520,7 @@ void redlock_conn_open(lua_State *L) {
     redlock_newtype(L, REDLOCK_CONN_MT, meta, methods);
     lua_pushcfunction(L, redlock_conn_new);
     lua_setfield(L, -2, "conn");
+    lua_pushcfunction(L, core_grant_fence);
+    lua_setfield(L, -2, "grant_fence");
 }
 

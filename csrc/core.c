@@ -91,6 +91,22 @@ static int core_fence_of(lua_State *L) {
     return 1;
 }
 
+/* core.grant_fence_command(counter): the words of the fence's command in the
+ * acquire without a script (scripts.h, REDLOCK_GRANT_FENCE_ARGV), as a
+ * list, for a host that sends it itself (nginx's cosockets): one
+ * definition for conn:grant and them. */
+static int core_grant_fence_command(lua_State *L) {
+    const char *counter = luaL_checkstring(L, 1);
+    const char *argv[REDLOCK_GRANT_FENCE_ARGC] = REDLOCK_GRANT_FENCE_ARGV(counter);
+    int i;
+    lua_createtable(L, REDLOCK_GRANT_FENCE_ARGC, 0);
+    for (i = 0; i < REDLOCK_GRANT_FENCE_ARGC; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 #if defined(__GNUC__)
 __attribute__((visibility("default")))
 #endif
@@ -101,6 +117,7 @@ int luaopen_redlock_core(lua_State *L) {
         {"time", core_time},
         {"sleep", core_sleep},
         {"fence_of", core_fence_of},
+        {"grant_fence_command", core_grant_fence_command},
         {NULL, NULL},
     };
     redlock_token_pool *pool;

@@ -135,6 +135,24 @@ describe("redlock.core", function()
         end)
     end)
 
+    -- what the grant's XADD answered (conn:grant's rule, which the nginx
+    -- transport reads its replies by, redlock.cosocket)
+    it("grant_fence(): the fence of XADD's ID, -1 / -2 for the script's way, false and why on a failure",
+        function()
+        local epoch = 1767225600000
+        assert.equal(1, core.grant_fence("s:1", (epoch) .. "-1"))
+        assert.equal(100 * 5 + 7, core.grant_fence("s:1", (epoch + 5) .. "-7"))
+        assert.equal(-1, core.grant_fence("s:1", (epoch + 5) .. "-100")) -- a seq over 99
+        assert.equal(-1, core.grant_fence("s:1", nil, "WRONGTYPE Operation against a key holding the wrong kind"))
+        assert.equal(-2, core.grant_fence("s:1", nil, "ERR unknown command 'XADD', with args beginning with:"))
+        local f, why = core.grant_fence("s:1", nil, "NOPERM this user has no permissions to run the 'xadd' command")
+        assert.is_false(f)
+        assert.equal("server: s:1: NOPERM this user has no permissions to run the 'xadd' command", why)
+        f, why = core.grant_fence("s:1", 5)
+        assert.is_false(f)
+        assert.equal("server: s:1: unexpected reply to XADD", why)
+    end)
+
     describe("conn", function()
         it("runs commands with binary keys and values", function()
             local c = core.conn(server:spec())

@@ -1,8 +1,9 @@
 --- The handler of `make bench-nginx` (bench/nginx.lua), loaded into nginx
 -- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N[&limit=L]
--- takes lock:K (a permit of a semaphore of L with limit), waiting up to
--- 10 s, holds it N ms, releases it, and answers the ms it waited for it
--- and the ms its hold (ngx.sleep) really took.
+-- takes lock:K (a permit of a semaphore of L with limit; waiting up to
+-- 10 s), holds it N ms, releases it, and answers the
+-- ms it waited for it, the ms its hold (ngx.sleep) really took, when the
+-- hold began and ended (core.now()), and the ms its release took.
 local redlock = require "redlock"
 local counter = require "counter"
 local core = require "redlock.core"
@@ -35,9 +36,14 @@ function _M.contend()
     end
     local t1 = now()
     ngx.sleep((tonumber(ngx.var.arg_ms) or 3) / 1000)
-    local held = now() - t1
+    local t2 = now()
     lock:release()
-    ngx.say(format("%.3f %.3f", waited, held))
+    -- (t1, t2: when the hold began and ended, on the monotonic clock every
+    -- worker shares: the gaps between holders, see bench/nginx.lua)
+    local line = format("%.3f %.3f %.3f %.3f %.3f", waited, t2 - t1, t1, t2, now() - t2)
+    -- (also in a header: the benchmark reads that one, bodies to /dev/null)
+    ngx.header["X-Contend"] = line
+    ngx.say(line)
 end
 
 return _M

@@ -8,8 +8,8 @@
 --   floor          by hand over a cosocket: SET key token NX PX ttl, then
 --                  EVALSHA of the textbook compare-and-delete script
 --   floor_fenced   the same, the SET sent with the XADD that fences a grant
---                  (what conn:grant sends outside nginx, csrc/conn_lua.c:
---                  XADD redlock:fences MAXLEN 0 * f 1) in one write, the
+--                  (what conn:grant sends outside nginx: core.grant_fence_command,
+--                  XADD redlock:fences MAXLEN ~ 1 * f 1) in one write, the
 --                  fence computed from its ID
 -- The floors take one pooled connection for the request (connect, two
 -- round trips, setkeepalive) and the same token source as the library.
@@ -63,7 +63,7 @@ local function resp(...)
     return concat(out)
 end
 
-local XADD = resp("XADD", COUNTER, "MAXLEN", "0", "*", "f", "1")
+local XADD = resp(unpack(core.grant_fence_command(COUNTER)))
 local sha -- the release script's, loaded once per worker
 
 local function connect()

@@ -16,16 +16,17 @@ local ngx_wait = require "redlock.ngx_wait"
 local ngx_sentinel = require "redlock.ngx_sentinel"
 local ngx_cluster = require "redlock.ngx_cluster"
 local ngx_conn = require "redlock.ngx_conn"
+local hold = require "redlock.hold"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
-local now = core.now
+local now, grant_fence, grant_fence_command = core.now, core.grant_fence, core.grant_fence_command
 local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, pcall =
     setmetatable, select, type, error, tostring, pcall
 local format = string.format
-local floor, max = math.floor, math.max
+local floor, max, min = math.floor, math.max, math.min
 local running, status = coroutine.running, coroutine.status
 local WEAK_V = { __mode = "v" }
 local unpack = table.unpack or unpack -- luacheck: ignore 143
@@ -67,6 +68,7 @@ local fallback, pool_name, handshake, setup = ngx_conn.fallback, ngx_conn.pool_n
     ngx_conn.setup
 local view, command_name, attempt, routed = ngx_conn.view, ngx_conn.command_name, ngx_conn.attempt,
     ngx_conn.routed
+local NEW_CONN = ngx_conn.NEW_CONN
 
 local function closed()
     return nil, "closed: the connection is closed", "closed"
@@ -159,6 +161,54 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
     return waited(attempt(server, nil, false, nil, req, nil, w, script, nkeys, ...))
 end
 
+-- The grant's XADD (see Conn:grant; its words are the C core's, the one
+-- definition: core.grant_fence_command), per counter key: sent after the SET,
+-- in its write, and its reply handed back as it is; and, fenced or not,
+-- only on a pooled connection (redlock.ngx_conn's attempt)
+local xadds = {}
+local function xadd_request(counter)
+    local w = xadds[counter]
+    if not w then
+        w = { req = encode(unpack(grant_fence_command(counter))), ms = 0, reply = true, pooled = true }
+        xadds[counter] = w
+    end
+    return w
+end
+local POOLED = { ms = 0, pooled = true }
+
+--- core.conn's grant (csrc/conn_lua.c; redlock.scripted.grant uses it):
+-- the uncontended acquire without a script, SET key token NX PX ttl and,
+-- with a counter, the fence's XADD, in one write on one pooled connection,
+-- with the same answers; what XADD's reply means is the C core's rule
+-- (core.grant_fence), the one conn:grant reads it by. on: the connects()
+-- count a script ran at; -3 (nothing sent) when a connection was made
+-- since, or when none is pooled now (a new one, which no script ran on,
+-- is made and pooled for the next caller): it may reach a server that
+-- refuses scripting now, and with it this lock's release.
+function Conn:grant(key, token, ttl, counter, on)
+    local server = self.server
+    if server.cluster then error("bad argument #1 to 'grant' (not for a Cluster)", 2) end
+    if server.closed then return closed() end
+    if on ~= nil and on ~= server:connects() then return -3 end
+    if not yieldable() then
+        local conn = fallback(server).conn
+        return conn:grant(key, token, ttl, counter, on and conn:connects())
+    end
+    local req = encode("SET", key, token, "NX", "PX", ttl)
+    local w = counter and xadd_request(counter) or POOLED
+    local v, id, err, stale = attempt(server, nil, false, nil, req, nil, w)
+    if v == nil then
+        if err == NEW_CONN then return -3 end
+        return nil, id, err, stale
+    end
+    -- (a held key: XADD ran all the same)
+    if v ~= "OK" then return 0 end
+    if not counter then return 1, 0 end
+    return 1, grant_fence(server.name, id, err)
+end
+
+function Conn:connects() return self.server:connects() end
+
 --- Whether a connection is open for this caller now: in cosocket phases,
 -- one held since WATCH or MULTI (the state a caller may need to clean up).
 function Conn:connected()
@@ -206,6 +256,12 @@ function _M.new(spec, mode, o)
         node_pools = {},
         node_views = {},
         slot_fences = b.slot_fences,
+        -- the uncontended acquire without a script, as outside nginx
+        -- (redlock.server, Conn:grant): can_grant is redlock.server's rule
+        grants = false,
+        can_grant = b.can_grant,
+        grants_off = false,
+        refused = false, refused_until = 0,
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
@@ -411,8 +467,11 @@ end
 -- for a lock taken where nginx had none. A chain of ngx.timer.at rather
 -- than ngx.timer.every, which cannot be stopped: each renewal ends with its
 -- lock, and holds one pending timer meanwhile (lua_max_pending_timers).
--- A failed extend that is not "not owner" (Redis slow or away) is tried
--- again at the next tick while the lock may still be valid.
+-- A failed extend that is not "not owner" (Redis slow or away; with
+-- Redlock, a majority not reached) is tried again at the next tick while
+-- the lock is still valid; once its validity has run out before a renewal
+-- (lock:lost() says "expired", the renewal thread's rule), it is lost:
+-- renewal stops, on_lost runs, the lock's own on_lost too.
 -- @tparam table lock a redlock lock
 -- @tparam[opt] table opts every, max_hold (ms), on_lost(lock) (called in the
 --   timer when an extend finds the lock gone), detached
@@ -433,12 +492,18 @@ function _M.renew(lock, opts)
         return c == nil or status(c) == "dead"
     end
     local tick
-    local function again()
-        local ok, err = ngx.timer.at(every / 1000, tick)
+    local function again(ms)
+        local ok, err = ngx.timer.at((ms or every) / 1000, tick)
         if not ok then
             handle.active, handle.err = false, "renewal: could not start a timer: " .. tostring(err)
         end
         return ok, err
+    end
+    local failed -- the last extend's error, since the last renewal
+    local function lost(err)
+        handle.active = false
+        handle.lost, handle.err = true, err
+        if opts.on_lost then pcall(opts.on_lost, lock) end
     end
     tick = function(premature)
         if premature or not handle.active or lock.released or now() >= deadline then
@@ -450,18 +515,27 @@ function _M.renew(lock, opts)
             handle.active, handle.err = false, "renewal: its holder ended without releasing the lock"
             return
         end
+        local is_lost, why = lock:lost()
+        if is_lost then
+            -- the validity ran out before a renewal: no extend may revive it
+            hold.found_gone(lock, why)
+            return lost(format("renewal: lost (%s): no renewal within the lock's validity%s", why,
+                failed and ("; the last attempt: " .. failed) or ""))
+        end
         local ok, err, code = lock:extend()
         if not ok and (code == "not owner" or code == "closed") then
             handle.active = false
             -- a release that ran while this extend waited is no loss
-            if code == "not owner" and not lock.released then
-                handle.lost, handle.err = true, err
-                if opts.on_lost then pcall(opts.on_lost, lock) end
-            end
+            if code == "not owner" and not lock.released then lost(err) end
             return
         end
-        if not ok then handle.err = err end
-        again()
+        if ok then
+            failed = nil
+            return again()
+        end
+        -- tried again at the next tick, or when the validity ends (then lost)
+        handle.err, failed = err, err
+        again(max(1, min(every, lock:remaining())))
     end
     local ok, err = again()
     if not ok then return nil, handle.err or tostring(err) end

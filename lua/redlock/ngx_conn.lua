@@ -26,6 +26,10 @@ local _M = {}
 local PIN = { WATCH = true, MULTI = true }
 local UNPIN = { EXEC = true, DISCARD = true, UNWATCH = true }
 
+-- attempt's answer to a request it sent nothing for, as asked (w.pooled):
+-- the connection was new
+local NEW_CONN = "new connection"
+
 local READ_SIZE = 16384
 local MAX_READERS = 8
 
@@ -243,9 +247,13 @@ local function view(self, node)
     return v
 end
 
+-- connect()'s options per pool name: made once, not per connect
+local pool_opts = {}
+
 -- A socket connected (or from the pool): sock, nil, nil, read timeout in
--- effect (ms); or nil, message, timed_out. tmo: a fan-out's time limit instead of the
--- server's timeouts, doubled for what a new connection has to do first.
+-- effect (ms), how many times it was reused; or nil, message, timed_out.
+-- tmo: a fan-out's time limit instead of the server's timeouts, doubled
+-- for what a new connection has to do first.
 -- node: a Cluster node (redlock.ngx_cluster) to connect to, or nil.
 local function connect(self, tmo, node)
     local sock, err = ngx.socket.tcp()
@@ -279,10 +287,15 @@ local function connect(self, tmo, node)
         self.pool = pool
     end
     local ok
+    local opts = pool_opts[pool]
+    if not opts then
+        opts = { pool = pool }
+        pool_opts[pool] = opts
+    end
     if self.path then
-        ok, err = sock:connect(self.path, { pool = pool })
+        ok, err = sock:connect(self.path, opts)
     else
-        ok, err = sock:connect(host, port, { pool = pool })
+        ok, err = sock:connect(host, port, opts)
     end
     if not ok then
         local timed_out = err == "timeout"
@@ -308,11 +321,11 @@ local function connect(self, tmo, node)
             return nil, err, false
         end
     end
-    if tmo and sock:getreusedtimes() > 0 then
+    if tmo and times > 0 then
         rto = tmo
         sock:settimeouts(tmo, tmo, tmo)
     end
-    return sock, nil, nil, rto
+    return sock, nil, nil, rto, times
 end
 
 local function command_name(first)
@@ -345,7 +358,12 @@ end
 -- sent in the same write as req (replica acknowledgement), or nil; the
 -- script's reply is then followed by WAIT's: {acked, fsynced}, or a
 -- message when WAIT failed (an error reply, or the connection after the
--- script's reply).
+-- script's reply). With w.reply (the grant's XADD after its SET,
+-- redlock.cosocket), the second reply comes back as it is: reply, reply2
+-- (nil, and its error text, for an error reply); its loss is a failure
+-- (stale unless it timed out: the first command ran). With w.pooled, only
+-- on a pooled connection: a new one is made, kept, and the answer is nil,
+-- nil, NEW_CONN (nothing sent). (w.req nil: no second command.)
 -- node: the Cluster node to send it to (redlock.ngx_cluster), else nil;
 -- ask: send ASKING first, in the same write (an ASK redirection: both on
 -- one connection). A Cluster's redirection (MOVED, ASK, TRYAGAIN,
@@ -365,10 +383,10 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     -- asked again, in the topology core's rounds (csrc/topo.h)
     for round = 1, self.sentinel and not sock and TOPO.role_rounds or 1 do
         if not sock then
-            local timed_out
-            sock, err, timed_out, limit = connect(self, tmo, node)
+            local timed_out, times
+            sock, err, timed_out, limit, times = connect(self, tmo, node)
             if not sock then return nil, err, "connection", false, timed_out end
-            reused = sock:getreusedtimes() > 0
+            reused = times > 0
         end
         if reused then break end
         local ok, again
@@ -384,10 +402,19 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         rd = new_reader() -- (the failed exchange may have left bytes in it)
         ngx.sleep(TOPO.role_pause / 1000)
     end
-    local ok, v, msg, wres
-    if w then
-        limit = limit + w.ms
-        sock:settimeouts(limit, limit, limit)
+    if w and w.pooled and not reused then
+        -- a new connection (AUTH, SELECT done) that no script ran on: kept
+        -- for the next caller, and nothing sent (redlock.cosocket's grant)
+        keep_reader(self, rd)
+        if not sock:setkeepalive(self.keepalive_timeout, self.pool_size) then sock:close() end
+        return nil, nil, NEW_CONN
+    end
+    local ok, v, msg, wres, wtext
+    if w and w.req then
+        if w.ms > 0 then
+            limit = limit + w.ms
+            sock:settimeouts(limit, limit, limit)
+        end
         ok, v, msg, code = exchange_asking(sock, rd, req .. w.req, ask)
         if ok and v == nil and script and code == "server" and topo_reply("noscript", msg) then
             ok, v = next_reply(sock, rd) -- WAIT's, for a script that did not run
@@ -401,10 +428,17 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
             if not wok then
                 pinned[co] = nil
                 sock:close()
+                if w.reply then
+                    local timed_out = wv == "timeout"
+                    return nil, io_failure(who, wv, "waiting for a reply", limit), "connection",
+                        not timed_out, timed_out
+                end
                 return v, io_failure(who, wv, "waiting for WAIT's reply", limit)
             end
             local acked, fsynced = wait_counts(wv)
-            if acked then
+            if w.reply then
+                wres, wtext = wv, wmsg
+            elseif acked then
                 wres = { acked, fsynced }
             elseif wv == nil and wcode == "server" then
                 wres = format("server: %s: %s", who.name, sub(wmsg, 1, 200))
@@ -460,7 +494,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
     if v == nil then
         return nil, format("server: %s: %s", who.name, sub(msg, 1, 200)), "server", false, false, msg
     end
-    return v, wres
+    return v, wres, wtext
 end
 
 local SLOTS = encode("CLUSTER", "SLOTS")
@@ -516,5 +550,6 @@ _M.view = view
 _M.command_name = command_name
 _M.attempt = attempt
 _M.routed = routed
+_M.NEW_CONN = NEW_CONN
 
 return _M

@@ -138,9 +138,10 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
--- csrc/scripts.h), in one round trip (conn:grant), on a server whose
--- connection can (not a Cluster, not inside nginx, and once a script ran
--- on this very connection: server.grants).
+-- csrc/scripts.h), in one round trip (conn:grant; inside nginx the
+-- cosocket transport's, redlock.cosocket), on a server whose connection
+-- can (not a Cluster, and once a script ran on this very connection:
+-- server.grants; inside nginx, with no pooled connection made since).
 -- Returns true, fence[, t] (t: now() after the answer, when fenced) |
 -- false (refused: held by another; the pttl is not known) | nil, err,
 -- code | "script", set when the caller must ask the acquire script

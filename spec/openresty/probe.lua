@@ -180,6 +180,45 @@ function _M.auth()
     say_try(c, args.key)
 end
 
+-- The clients of /grant, per worker and fence option: kept across
+-- requests, as a worker's client is.
+local granting = {}
+
+--- GET /grant?key=K&n=N[&fence=0][&port=P&user=U&password=W][&mode=M][&try=1]: N
+-- uncontended locks on K:1 .. K:N (each taken and released) by this
+-- worker's client (fence = false with fence=0; on port P as user U when
+-- given); answers fences= (each lock's fence, "nil" without one). try=1:
+-- one try_acquire of K instead, answering code= and err= (or token=).
+function _M.grant()
+    local args = ngx.req.get_uri_args()
+    local fence = args.fence ~= "0"
+    local id = concat({ tostring(fence), args.port or "", args.user or "", args.password or "", args.mode or "" },
+        "\0")
+    local c = granting[id]
+    if not c then
+        c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port) or counter.redis.port,
+            username = args.user, password = args.password } }, fence = fence, mode = args.mode }
+        granting[id] = c
+    end
+    if args.try then return say_try(c, args.key) end
+    local fences = {}
+    for i = 1, tonumber(args.n) do
+        local lock, err, code = c:acquire(args.key .. ":" .. i)
+        if not lock then
+            ngx.say("code=", code)
+            ngx.say("err=", err)
+            return
+        end
+        fences[i] = tostring(lock.fence)
+        local ok, rerr = lock:release()
+        if not ok then
+            ngx.say("err=", rerr)
+            return
+        end
+    end
+    ngx.say("fences=", concat(fences, " "))
+end
+
 -- The clients of /detect, per worker: kept across requests.
 local detecting = {}
 
