@@ -282,8 +282,8 @@ function Server:wait(key, ms, since, token)
     return ngx_wait.wait(self, key, ms, since, token)
 end
 
---- How a single lock's waiter joins the queue (redlock.scripted; ACQUIRE in
--- csrc/scripts.h): "p", handed the lock by a message to its worker's
+--- How a single lock's waiter joins the queue (redlock.scripted; scripts/
+-- acquire.lua): "p", handed the lock by a message to its worker's
 -- subscriber, when that subscriber listens and this phase can wait for it;
 -- else "w", woken only (it polls meanwhile, see redlock.ngx_wait).
 function Server:handoff_how()

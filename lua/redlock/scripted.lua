@@ -1,5 +1,5 @@
 --- Lock operations on one server with the atomic scripts of the C core
--- (csrc/scripts.h): SET NX PX plus the fence in one step,
+-- (scripts/*.lua): SET NX PX plus the fence in one step,
 -- compare-and-delete, compare-and-PEXPIRE. Internal.
 local util = require "redlock.util"
 local notify = require "redlock.notify"
@@ -132,7 +132,7 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
--- csrc/scripts.h), in one round trip (conn:grant), on a server whose
+-- scripts/parts/fence.lua), in one round trip (conn:grant), on a server whose
 -- connection can (not a Cluster, not inside nginx, and once a script ran:
 -- server.grants).
 -- Returns true, fence[, t] (t: now() after the answer, when fenced) |
