@@ -1,6 +1,6 @@
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] new ttl in ms.
 -- Compare-and-PEXPIRE: a bare EXPIRE could extend somebody else's lock.
--- A semaphore's permit (the key a sorted set, see above) is extended the
+-- A semaphore's permit (the key a sorted set, see sem_acquire.lua) is extended the
 -- same way: its score moves to now + ttl if it has not expired, and the
 -- key's PEXPIRE follows the latest permit. One script for every kind, so
 -- the renewal thread renews permits as it renews locks. A sorted set

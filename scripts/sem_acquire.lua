@@ -1,4 +1,13 @@
--- A permit of a counting semaphore (see the layout above). KEYS[1] the
+-- Counting semaphores (limit = N) keep their permits in the lock key itself,
+-- a sorted set: member "limit" with score -N (the limit, negative so that
+-- the prune below never removes it), and per permit the holder's token
+-- with its expiry (server ms) as score. The key's own PEXPIRE is the
+-- latest permit's expiry, so the key exists exactly while some permit is
+-- unexpired, and a plain `SET key x NX` (or a single lock) sees it held.
+-- Every script that reads permits first drops the expired ones (score <=
+-- now): each permit expires on its own, at its own time.
+--
+-- A permit of a counting semaphore (the layout above). KEYS[1] the
 -- key, KEYS[2] the waiters queue, KEYS[3] the waiters' data, KEYS[4] the
 -- caller's hand-off list, KEYS[5] the fence counter (the single lock's
 -- companions and counter; a waiter's data ends " s<its limit>", so that only
