@@ -27,15 +27,26 @@ tmp="$out/scripts_gen.h.tmp"
 files=$(LC_ALL=C ls "$dir"/*.lua)
 EMBED_FILES=$files LC_ALL=C awk -v dir="$dir" -v out="$out" '
 function fail(msg) { print "tools/embed.sh: " msg > "/dev/stderr"; exit 1 }
-# C string literal of one line (its newline included)
-function cstr(s) {
-    gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); gsub(/\?/, "\\?", s); gsub(/\t/, "\\t", s)
-    return "    \"" s "\\n\""
+# C string literal of one line (its newline included); char by char, as
+# awks differ on backslashes in the replacement of gsub
+function cstr(s,    out, i, c) {
+    out = ""
+    for (i = 1; i <= length(s); i++) {
+        c = substr(s, i, 1)
+        if (c == "\\") c = "\\\\"
+        else if (c == "\"") c = "\\\""
+        else if (c == "?") c = "\\?"
+        else if (c == "\t") c = "\\t"
+        out = out c
+    }
+    return "    \"" out "\\n\""
 }
 # the lines of file f into text[] (what Redis gets) and lint (composed,
-# with comments); depth stops an include cycle
+# with comments); a file that includes itself, directly or not, stops it
 function compose(f, from, depth,    line, n, path, m, name, value) {
-    if (depth > 8) fail(from ": includes nested too deep (a cycle?)")
+    if (f in active) fail(from ": includes " f " inside itself")
+    if (depth > 8) fail(from ": includes nested too deep")
+    active[f] = 1
     n = 0
     while ((m = (getline line < f)) > 0) {
         n++
@@ -65,6 +76,7 @@ function compose(f, from, depth,    line, n, path, m, name, value) {
     }
     if (m < 0) fail(from ": cannot read " f)
     close(f)
+    delete active[f]
 }
 BEGIN {
     nfiles = split(ENVIRON["EMBED_FILES"], list, "\n")
