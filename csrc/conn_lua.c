@@ -139,7 +139,7 @@ static int conn_eval(lua_State *L) { return eval(L, 0); }
  * make and collect on the path of every lock. */
 static int conn_eval_values(lua_State *L) { return eval(L, 1); }
 
-/* conn:grant(key, token, ttl[, counter]): the uncontended acquire without a
+/* conn:grant(key, token, ttl[, counter[, on]]): the uncontended acquire without a
  * script: SET key token NX PX ttl, and with a counter the fence's
  * XADD counter MAXLEN 0 * f 1 (raised to the server's clock by the server
  * itself, see scripts.h), in one write (one round trip, no Lua on the
@@ -152,6 +152,8 @@ static int conn_eval_values(lua_State *L) { return eval(L, 1); }
  *   1, false, msg     set, but XADD failed with msg: the caller releases
  *                     the key
  *   0                 not set: the key exists (XADD ran all the same)
+ *   -3                nothing sent: the connection is not the one `on`
+ *                     (a connects() count) names, or there is none
  *   nil, msg, code, stale   as conn:command; stale also when SET was
  *                     answered and XADD's reply lost without a timeout
  *                     (the key may hold our token: the script retries)
@@ -180,6 +182,14 @@ static int conn_grant(lua_State *L) {
     if (u->closed)
         return push_closed(L);
     redlock_conn_before_use(u);
+    /* Only on the connection a script ran on (its connects() count, as
+     * the caller recorded it): a new one may reach a server that refuses
+     * scripting now, which would refuse this lock's release. */
+    if (!lua_isnoneornil(L, 6) &&
+        (u->ctx == NULL || luaL_checknumber(L, 6) != (lua_Number)u->connects)) {
+        lua_pushinteger(L, -3);
+        return 1;
+    }
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = redlock_conn_connect(u);
@@ -299,9 +309,10 @@ static int conn_eval_wait(lua_State *L) {
     const redlock_script *s = redlock_script_find(luaL_checkstring(L, 2));
     lua_Integer n = luaL_checkinteger(L, 3), ms = luaL_checkinteger(L, 4);
     int aof = lua_toboolean(L, 5), nkeys = (int)luaL_checkinteger(L, 6), top = lua_gettop(L);
-    int argc, rc, stale;
+    int argc, rc, stale, outcome, base, nvals;
     long long acked = 0, fsynced = -1;
-    char nkeys_s[16];
+    char nkeys_s[16], errtext[200];
+    size_t errlen = 0;
     redlock_argv a;
     redlock_wait w;
     redlock_cmd cmd;
@@ -329,28 +340,43 @@ static int conn_eval_wait(lua_State *L) {
             freeReplyObject(r2);
         return push_outcome(L, u, OK, 0, r1, 1);
     }
+    /* r2's outcome is read and r2 freed, and r1 pushed (which frees it
+     * even when Lua runs out of memory), before anything else is pushed:
+     * a push that raises leaks no reply. */
     if (rc != OK) {
-        lua_pushboolean(L, 0);
-        lua_pushstring(L, u->err);
+        outcome = 0;
     } else if (r2->type == REDIS_REPLY_ERROR) {
-        lua_pushboolean(L, 0);
-        lua_pushfstring(L, "server: %s: ", u->name);
-        lua_pushlstring(L, r2->str, r2->len > 200 ? 200 : r2->len);
-        lua_concat(L, 2);
-        freeReplyObject(r2);
+        outcome = 1;
+        errlen = r2->len > sizeof errtext ? sizeof errtext : r2->len;
+        memcpy(errtext, r2->str, errlen);
     } else {
-        int bad = redlock_wait_parse(r2, &acked, &fsynced);
+        outcome = redlock_wait_parse(r2, &acked, &fsynced) ? 2 : 3;
+    }
+    if (r2 != NULL)
         freeReplyObject(r2);
-        if (bad) {
-            lua_pushboolean(L, 0);
+    base = lua_gettop(L);
+    nvals = redlock_push_reply_free(L, r1, 1);
+    luaL_checkstack(L, 3, "eval_wait");
+    if (outcome == 3) {
+        lua_pushinteger(L, (lua_Integer)acked);
+        lua_insert(L, base + 1);
+        lua_pushinteger(L, (lua_Integer)fsynced);
+    } else {
+        lua_pushboolean(L, 0);
+        lua_insert(L, base + 1);
+        if (outcome == 0) {
+            lua_pushstring(L, u->err);
+        } else if (outcome == 1) {
+            lua_pushfstring(L, "server: %s: ", u->name);
+            lua_pushlstring(L, errtext, errlen);
+            lua_concat(L, 2);
+        } else {
             lua_pushfstring(L, "server: %s: unexpected reply to %s", u->name,
                             aof ? "WAITAOF" : "WAIT");
-        } else {
-            lua_pushinteger(L, (lua_Integer)acked);
-            lua_pushinteger(L, (lua_Integer)fsynced);
         }
     }
-    return 2 + redlock_push_reply_free(L, r1, 1);
+    lua_insert(L, base + 2);
+    return 2 + nvals;
 }
 
 static int conn_close(lua_State *L) {

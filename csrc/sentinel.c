@@ -151,7 +151,19 @@ static void sub_drain(redlock_sentinels *s) {
     while (sub->conn->ctx != NULL) {
         redisContext *c = sub->conn->ctx;
         long n;
-        void *reply = NULL;
+        /* What the reader holds already goes first: the read that brought
+         * SUBSCRIBE's reply may have brought a +switch-master with it. */
+        for (;;) {
+            void *reply = NULL;
+            if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
+                sub_close(sub);
+                return;
+            }
+            if (reply == NULL)
+                break;
+            on_message(s, (redisReply *)reply);
+            freeReplyObject(reply);
+        }
         if (sub->conn->ssl != NULL) {
             n = redlock_tls_read(sub->conn, buf, sizeof buf, 1);
         } else {
@@ -164,16 +176,6 @@ static void sub_drain(redlock_sentinels *s) {
         if (n <= 0 || redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
             sub_close(sub);
             return;
-        }
-        for (;;) {
-            if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
-                sub_close(sub);
-                return;
-            }
-            if (reply == NULL)
-                break;
-            on_message(s, (redisReply *)reply);
-            freeReplyObject(reply);
         }
     }
 }

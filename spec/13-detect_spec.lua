@@ -348,6 +348,26 @@ describe("mode auto", function()
             srv:stop()
         end)
 
+        it("in mode script, a server restarted without it: no lock is taken that it could not release", function()
+            -- (the uncontended acquire goes without a script once a script
+            -- ran, on that connection only: a new one asks the script first)
+            local srv = helper.start_server {}
+            local client = redlock.new { servers = { srv:url() }, mode = "script" }
+            local key = helper.key()
+            for _ = 1, 2 do assert.is_true(assert(client:acquire(key)):release()) end
+            srv.config = NOSCRIPT
+            srv:restart()
+            for _ = 1, 2 do
+                local lock, err, code = client:acquire(key, { wait = 0 })
+                assert.is_nil(lock)
+                assert.equal("server", code)
+                assert.matches("this server refuses scripting", err)
+            end
+            assert.equal("0", srv:cli("DBSIZE"))
+            client:close()
+            srv:stop()
+        end)
+
         it("in mode script, says the server refuses scripting", function()
             local srv = helper.start_server { config = NOSCRIPT }
             local client = redlock.new { servers = { srv:url() }, mode = "script" }

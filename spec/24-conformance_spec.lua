@@ -224,7 +224,8 @@ cases[#cases + 1] = {
     end,
     prepare = function(s, d, ctx) ctx.key = s.tag .. d.name end,
     event = function(s)
-        s.master:cli("WAIT", "1", "5000") -- the renewed lock is on the replica too
+        -- the renewed lock is on the replica too
+        assert(s.master:replicated_to(s.replica, 5000), "the replica did not catch up")
         s.master:kill()
         assert(helper.eventually(30000, function() return s.replica:cli("ROLE"):match("^master") ~= nil end),
             "the replica was not promoted")
@@ -261,7 +262,8 @@ cases[#cases + 1] = {
     setup = function(s) s.old, s.new = conf.sentinel_roles(fx) end,
     prepare = function(_, _, ctx) ctx.key = key("sfailover") end,
     event = function(s)
-        s.old:cli("WAIT", "1", "5000") -- the renewed lock is on the replica too
+        -- the renewed lock is on the replica too
+        assert(s.old:replicated_to(s.new, 5000), "the replica did not catch up")
         local new_addr = "127.0.0.1:" .. s.new.port
         assert.matches("^OK", fx.sentinels[1]:cli("SENTINEL", "FAILOVER", fx.name))
         assert(helper.eventually(20000, function()

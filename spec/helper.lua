@@ -381,9 +381,11 @@ local function ready(self)
     for _ = 1, 250 do
         if not alive(self.pid) then return false end
         local out = self:cli("PING")
-        -- (and still alive: a server that could not bind its port exits,
-        -- and another one may answer there)
-        if out == "PONG" then return alive(self.pid) end
+        -- (and ours: a server that could not bind its port exits, and
+        -- another one may answer there, another test run's say)
+        if out == "PONG" then
+            return alive(self.pid) and self:cli("INFO"):find("process_id:" .. self.pid .. "\r?\n") ~= nil
+        end
         _M.sleep(20)
     end
     return false
@@ -663,6 +665,18 @@ function Server:master_addr(name)
     local out = self:cli("SENTINEL", "get-master-addr-by-name", name)
     local host, port = out:match("^(%S+)%s+(%d+)$")
     return host and (host .. ":" .. port) or nil
+end
+
+--- Waits (at most ms) until `replica` has everything this master has
+-- written so far: its replication offset reaches the master's, read now.
+-- (A WAIT from redis-cli would not do: it waits for that connection's own
+-- writes, of which there are none.) Returns whether it did.
+function Server:replicated_to(replica, ms)
+    local function offset(server, field)
+        return tonumber(server:cli("INFO", "replication"):match(field .. ":(%d+)")) or -1
+    end
+    local target = offset(self, "master_repl_offset")
+    return _M.eventually(ms, function() return offset(replica, "slave_repl_offset") >= target end)
 end
 
 function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end

@@ -6,6 +6,7 @@
 # usage: sh tools/matrix.sh [busted args...]; MATRIX="5.1 jit" picks some.
 set -u
 cd "$(dirname "$0")/.."
+. tools/totals.sh
 MATRIX=${MATRIX:-5.1 5.2 5.3 5.4 jit}
 LOGS=build/matrix
 mkdir -p "$LOGS"
@@ -23,14 +24,8 @@ for v in $MATRIX; do
         continue
     fi
     LUA=$lua REDLOCK_BUILD=build/$v sh spec/run.sh "$@" >"$log" 2>&1
-    line=$(tail -n 1 "$log")
-    case $line in
-        *" passed, "*" failed") ;;
-        *) line="0 passed, 1 failed" ;;
-    esac
-    p=${line%% passed*}
-    f=${line#*passed, }
-    f=${f%% failed*}
+    # (no totals: the run ended before them)
+    totals "$log" || line="0 passed, 1 failed" f=1
     echo "$lua ($("$lua" -v 2>&1 | head -n 1 | cut -d" " -f1-2)): $line"
     grep -A 12 '^not ok' "$log" | head -n 60
     passed=$((passed + p))

@@ -12,6 +12,7 @@
 # Clusters, which are Lua 5.4's suites).
 set -u
 cd "$(dirname "$0")/.."
+. tools/totals.sh
 SUITES=${SUITES:-"unit lint m32 sanitize valgrind fuzz-smoke matrix+servers"}
 # The unit suite is Lua 5.4's run: the matrix adds the other interpreters.
 export MATRIX="${MATRIX:-5.1 5.2 5.3 jit}"
@@ -34,11 +35,8 @@ run() {
 # count SUITE: its totals added to the summary
 count() {
     rc=$(cat "$work/$1.rc")
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$work/$1.log" | tail -n 1)
-    p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
-    f=$(echo "$line" | sed -n 's/^[0-9]* passed, \([0-9]*\) failed.*/\1/p')
-    p=${p:-0}
-    f=${f:-0}
+    # (no totals: 0 and 0, failed if its exit status says so)
+    totals "$work/$1.log"
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))

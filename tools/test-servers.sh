@@ -10,6 +10,7 @@
 # "N passed, M failed"; without server builds, one line saying so.
 set -u
 cd "$(dirname "$0")/.."
+. tools/totals.sh
 DIR=${REDLOCK_TEST_SERVERS:-../shared/servers}
 found=""
 if [ -d "$DIR" ]; then
@@ -86,14 +87,8 @@ for d in $(for d in $found; do echo "$(version_of "$d") $d"; done | sort -n | cu
     # (the list split on purpose)
     # shellcheck disable=SC2046
     REDLOCK_SERVER_DIR=$d LUA=lua5.4 sh spec/run.sh $(specs_for "$v") >"$log" 2>&1
-    line=$(tail -n 1 "$log")
-    case $line in
-        *" passed, "*" failed") ;;
-        *) line="0 passed, 1 failed" ;;
-    esac
-    p=${line%% passed*}
-    f=${line#*passed, }
-    f=${f%% failed*}
+    # (no totals: the run ended before them)
+    totals "$log" || line="0 passed, 1 failed" f=1
     k=$(sed -n 's/^\([0-9]*\) skipped:$/\1/p' "$log")
     k=${k:-0}
     echo "$name: $p passed, $f failed, $k skipped ($(($(date +%s) - start)) s; $log)"

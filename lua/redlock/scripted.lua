@@ -133,8 +133,8 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
 -- scripts/parts/fence.lua), in one round trip (conn:grant), on a server whose
--- connection can (not a Cluster, not inside nginx, and once a script ran:
--- server.grants).
+-- connection can (not a Cluster, not inside nginx, and once a script ran
+-- on this very connection: server.grants).
 -- Returns true, fence[, t] (t: now() after the answer, when fenced) |
 -- false (refused: held by another; the pttl is not known) | nil, err,
 -- code | "script", set when the caller must ask the acquire script
@@ -151,14 +151,15 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
     local conn = server.conn
     if unfenced then
-        local taken, err, code, stale = conn:grant(key, token, ttl_s)
+        local taken, err, code, stale = conn:grant(key, token, ttl_s, nil, server.grants)
         if taken == 1 then return true, 0 end
         if taken == 0 then return false end
+        if taken == -3 then server.grants = false return "script", false end
         if stale then return "script", true end -- the script path retries
         return nil, err, code
     end
     -- (Server counters only: server.grants is false on a Cluster)
-    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER)
+    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER, server.grants)
     if taken == 1 then
         if not fence or fence == -2 then
             -- -2: no streams (before Redis 5), the script's counter; false:
@@ -176,6 +177,8 @@ function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
         return true, fence, t
     end
     if taken == 0 then return false end
+    -- (a new connection since a script ran: the script asks first)
+    if taken == -3 then server.grants = false return "script", false end
     -- (a failure: nil, message, code, stale)
     if stale then return "script", true end -- the script path retries
     return nil, fence, msg
@@ -189,10 +192,11 @@ end
 function _M.answer(server, taken, v, at)
     -- integers compared with ==: 0 is true in Lua
     if taken == 1 and v then
-        -- scripting works here: the next acquire may go without a script
-        -- (unless grant turned that off on this very connection)
-        if not server.grants and server.can_grant and server.grants_off ~= server.conn:connects() then
-            server.grants = true
+        -- scripting works on this connection: the next acquire on it may go
+        -- without a script (unless grant turned that off on it)
+        if server.can_grant then
+            local on = server.conn:connects()
+            if server.grants ~= on and server.grants_off ~= on then server.grants = on end
         end
         return true, v
     end

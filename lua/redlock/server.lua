@@ -37,7 +37,9 @@ function _M.new(spec, mode)
         -- redlock.scripted.grant) once a script ran here (the release
         -- needs one: a server that refuses scripting says so at the first
         -- acquire, not at its release); a Cluster's, and a server's without
-        -- streams (before Redis 5), take the scripts' way
+        -- streams (before Redis 5), take the scripts' way. The connects()
+        -- count of the connection a script ran on (false: none yet): a new
+        -- connection may reach a server that refuses scripting now
         grants = false,
         can_grant = spec.cluster == nil,
         -- conn:connects() of the connection grant turned itself off on
