@@ -48,9 +48,9 @@
  * the INFO commandstats deltas over the measured loop, summed over the
  * servers (INFO itself left out; a script's usec includes the commands it
  * calls, which count again under their own names). Exits 2 on any
- * unexpected reply. The script texts come from scripts/NAME.lua (the build's
- * generated scripts_gen.h), so the
- * server runs the very scripts the library runs. */
+ * unexpected reply. The script texts come from scripts/NAME.lua (the
+ * build's generated scripts_gen.h), so the server runs the very scripts
+ * the library runs. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
