@@ -283,3 +283,50 @@ describe("Cluster", function()
         plain:stop()
     end)
 end)
+
+-- Every node with TLS only (no plaintext port; the cluster bus and
+-- replication over TLS too): the map names the TLS ports, every node
+-- gets a handshake, MOVED leads to a node over TLS, the renewal thread
+-- renews there. Inside nginx: spec/42-openresty_topologies_spec.lua.
+describe("Cluster over TLS", function()
+    local skip = helper.lua54_only()
+    if skip then
+        it("(" .. skip .. ")", function() end)
+        return
+    end
+    local it_tls = helper.needing(it, "tls", "cluster")
+
+    teardown(function() helper.stop_all() end)
+
+    it_tls("locks on every master over rediss+cluster://, follows MOVED, renews from the C thread", function()
+        local certs = helper.tls_certs()
+        local cluster = helper.start_cluster(3, 0, { tls = certs })
+        local client = redlock.new({ servers = cluster.url, tls = { ca_file = certs.ca }, retry_delay = 5 })
+        local keys = {}
+        for i, node in ipairs(cluster.nodes) do
+            local key
+            repeat key = helper.key("tls" .. i) until helper.cluster_owner(cluster, key) == node
+            local lock = assert(client:acquire(key, { ttl = 5000 }))
+            assert.equal(lock.token, node:cli("GET", key))
+            keys[i] = { key = key, lock = lock, node = node }
+        end
+        -- the first key's slot moves to the second master (MIGRATE over
+        -- TLS): its extend meets MOVED, and extends it there
+        local first, to = keys[1], cluster.nodes[2]
+        local _, slot = helper.cluster_owner(cluster, first.key)
+        helper.move_slot(cluster, slot, first.node, to)
+        assert.is_true(first.lock:extend(60000))
+        assert.is_true(tonumber(to:cli("PTTL", first.key)) > 30000)
+        for _, k in ipairs(keys) do assert.is_true(k.lock:release()) end
+        -- three ttls of work: only the renewal thread (TLS in C) kept it
+        local key = keys[3].key
+        local ok, inner = client:with_lock(key, { ttl = 300 }, function(lock)
+            helper.sleep(900)
+            return not lock:lost() and select(3, client:try_acquire(key))
+        end)
+        assert.is_true(ok)
+        assert.equal("locked", inner)
+        assert.equal("0", keys[3].node:cli("EXISTS", key))
+        client:close()
+    end)
+end)

@@ -18,6 +18,9 @@
 --           fan-out
 --   nginx   the cosockets inside nginx (lua/redlock/cosocket.lua,
 --           ngx_cluster.lua, ngx_sentinel.lua): spec/openresty/conform.lua
+--   nginx_renew   the renewal from nginx timers (cosocket.renew): a lock
+--           held in the worker through the case's event, observed
+--           afterwards
 local helper = require "helper"
 
 local _M = {}
@@ -320,8 +323,37 @@ end
 function nginx.release(_, _, held) return ngx_call("op=release&key=" .. enc(held.key)).ok end
 function nginx.close() end
 
+-- nginx's renewal from timers (redlock.cosocket.renew): hold() takes the
+-- lock in the worker and renews it there (detached from the request),
+-- observe() asks afterwards whether it was kept.
+local nginx_renew = { name = "nginx_renew", renews = true }
+
+nginx_renew.skip = nginx.skip
+nginx_renew.open = nginx.open
+nginx_renew.release = nginx.release
+nginx_renew.close = nginx.close
+nginx_renew.errors = nginx.errors
+function nginx_renew.hold(_, ctx, key, ttl, warm)
+    local obs = ngx_call(string.format("op=hold&client=%s&url=%s&key=%s&ttl=%d%s", ctx.ngx_client,
+        enc(ctx.url), enc(key), ttl, warm and "&warm=1" or ""))
+    assert(obs.ok, obs.err)
+    assert(obs.transport == "cosocket", "the lock did not go over cosockets")
+    obs.key = key
+    return obs
+end
+function nginx_renew.observe(_, _, held)
+    local body, code = ngx_server:get("/conform?op=observe&key=" .. enc(held.key), 30)
+    assert(code == 200, "nginx answered " .. tostring(code) .. ": " .. tostring(body))
+    local t = lines(body)
+    local ok = t.held == "true"
+    -- the renewal's own report and lock:lost() tell one story
+    assert(t.agree == "true", "the renewal's handle and lock:lost() disagree: " .. body)
+    return { ok = ok, token = held.token, key = held.key,
+        err = ok and t.err or (tostring(t.why) .. ": " .. tostring(t.err)) }
+end
+
 -- (the request drivers first: in a case with one event for all, the
 -- renewal drivers' waits come after their calls)
-_M.drivers = { plain, acked, fanout, nginx, renew, renew_redlock }
+_M.drivers = { plain, acked, fanout, nginx, renew, renew_redlock, nginx_renew }
 
 return _M

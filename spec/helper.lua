@@ -585,19 +585,33 @@ end
 --- Starts a Redis Cluster of `masters` masters with `replicas` replicas
 -- each (redis-cli --cluster create) on free ports, and waits until every
 -- node says cluster_state:ok. Returns { nodes = {server, ...}, url =
--- "redis+cluster://...", seeds = {"127.0.0.1:port", ...} }.
+-- "redis+cluster://...", seeds = {"127.0.0.1:port", ...} }. opts.tls =
+-- certs (from tls_certs()): every node TLS only, as start_tls_server's
+-- tls_only (its one port speaks TLS, the cluster bus and replication too:
+-- tls-cluster, tls-replication), and url is "rediss+cluster://...".
 function _M.start_cluster(masters, replicas, opts)
     opts = opts or {}
+    local certs = opts.tls
+    local tls = certs and { ca_file = certs.ca, cert_file = certs.client_crt, key_file = certs.client_key }
     local nodes, addrs = {}, {}
     for i = 1, masters * (1 + replicas) do
         local config = { "cluster-enabled yes", "cluster-config-file nodes.conf",
             "cluster-node-timeout " .. (opts.node_timeout or 2000), "cluster-require-full-coverage no" }
+        if certs then
+            for _, l in ipairs({ "tls-cert-file " .. certs.server_crt, "tls-key-file " .. certs.server_key,
+                "tls-ca-cert-file " .. certs.ca, "tls-auth-clients no", "tls-cluster yes",
+                "tls-replication yes" }) do
+                config[#config + 1] = l
+            end
+        end
         for _, l in ipairs(opts.config or {}) do config[#config + 1] = l end
-        nodes[i] = _M.start_server({ config = config, server_dir = opts.server_dir })
+        nodes[i] = _M.start_server({ config = config, server_dir = opts.server_dir, tls = tls })
+        if certs then nodes[i].tls_port = nodes[i].port end
         addrs[i] = "127.0.0.1:" .. nodes[i].port
     end
     local _, cli = binaries(opts.server_dir)
-    local out = read_cmd(NO_PRELOAD .. quote(cli) .. " --cluster create " .. table.concat(addrs, " ")
+    local out = read_cmd(NO_PRELOAD .. (tls and "timeout 60 " or "") .. quote(cli) .. " "
+        .. (nodes[1].tls_cli or "") .. " --cluster create " .. table.concat(addrs, " ")
         .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
     assert(out:find("All 16384 slots covered", 1, true), "redis-cli --cluster create failed:\n" .. out)
     assert(_M.eventually(20000, function()
@@ -606,7 +620,8 @@ function _M.start_cluster(masters, replicas, opts)
         end
         return true
     end), "the cluster did not reach cluster_state:ok")
-    return { nodes = nodes, seeds = addrs, url = "redis+cluster://" .. table.concat(addrs, ",", 1, 2) }
+    return { nodes = nodes, seeds = addrs,
+        url = (certs and "rediss" or "redis") .. "+cluster://" .. table.concat(addrs, ",", 1, 2) }
 end
 
 --- Moves `slot` of a cluster (from start_cluster) from master src to

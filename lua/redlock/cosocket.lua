@@ -16,6 +16,7 @@ local ngx_wait = require "redlock.ngx_wait"
 local ngx_sentinel = require "redlock.ngx_sentinel"
 local ngx_cluster = require "redlock.ngx_cluster"
 local ngx_conn = require "redlock.ngx_conn"
+local hold = require "redlock.hold"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
@@ -25,7 +26,7 @@ local DEFAULTS = core.defaults -- csrc/defaults.h
 local setmetatable, select, type, error, tostring, pcall =
     setmetatable, select, type, error, tostring, pcall
 local format = string.format
-local floor, max = math.floor, math.max
+local floor, max, min = math.floor, math.max, math.min
 local running, status = coroutine.running, coroutine.status
 local WEAK_V = { __mode = "v" }
 local unpack = table.unpack or unpack -- luacheck: ignore 143
@@ -412,8 +413,11 @@ end
 -- for a lock taken where nginx had none. A chain of ngx.timer.at rather
 -- than ngx.timer.every, which cannot be stopped: each renewal ends with its
 -- lock, and holds one pending timer meanwhile (lua_max_pending_timers).
--- A failed extend that is not "not owner" (Redis slow or away) is tried
--- again at the next tick while the lock may still be valid.
+-- A failed extend that is not "not owner" (Redis slow or away; with
+-- Redlock, a majority not reached) is tried again at the next tick while
+-- the lock is still valid; once its validity has run out before a renewal
+-- (lock:lost() says "expired", the renewal thread's rule), it is lost:
+-- renewal stops, on_lost runs, the lock's own on_lost too.
 -- @tparam table lock a redlock lock
 -- @tparam[opt] table opts every, max_hold (ms), on_lost(lock) (called in the
 --   timer when an extend finds the lock gone), detached
@@ -434,12 +438,18 @@ function _M.renew(lock, opts)
         return c == nil or status(c) == "dead"
     end
     local tick
-    local function again()
-        local ok, err = ngx.timer.at(every / 1000, tick)
+    local function again(ms)
+        local ok, err = ngx.timer.at((ms or every) / 1000, tick)
         if not ok then
             handle.active, handle.err = false, "renewal: could not start a timer: " .. tostring(err)
         end
         return ok, err
+    end
+    local failed -- the last extend's error, since the last renewal
+    local function lost(err)
+        handle.active = false
+        handle.lost, handle.err = true, err
+        if opts.on_lost then pcall(opts.on_lost, lock) end
     end
     tick = function(premature)
         if premature or not handle.active or lock.released or now() >= deadline then
@@ -451,18 +461,27 @@ function _M.renew(lock, opts)
             handle.active, handle.err = false, "renewal: its holder ended without releasing the lock"
             return
         end
+        local is_lost, why = lock:lost()
+        if is_lost then
+            -- the validity ran out before a renewal: no extend may revive it
+            hold.found_gone(lock, why)
+            return lost(format("renewal: lost (%s): no renewal within the lock's validity%s", why,
+                failed and ("; the last attempt: " .. failed) or ""))
+        end
         local ok, err, code = lock:extend()
         if not ok and (code == "not owner" or code == "closed") then
             handle.active = false
             -- a release that ran while this extend waited is no loss
-            if code == "not owner" and not lock.released then
-                handle.lost, handle.err = true, err
-                if opts.on_lost then pcall(opts.on_lost, lock) end
-            end
+            if code == "not owner" and not lock.released then lost(err) end
             return
         end
-        if not ok then handle.err = err end
-        again()
+        if ok then
+            failed = nil
+            return again()
+        end
+        -- tried again at the next tick, or when the validity ends (then lost)
+        handle.err, failed = err, err
+        again(max(1, min(every, lock:remaining())))
     end
     local ok, err = again()
     if not ok then return nil, handle.err or tostring(err) end

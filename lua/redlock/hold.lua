@@ -338,8 +338,10 @@ local function stopped(lock)
 end
 
 --- extend or release found the token gone: stop renewing, tell on_lost.
-function _M.found_gone(lock)
-    lock.lost_reason = lock.lost_reason or "gone"
+-- why: "gone" by default; "expired" from nginx's timer renewal
+-- (redlock.cosocket.renew), whose validity ran out before a renewal.
+function _M.found_gone(lock, why)
+    lock.lost_reason = lock.lost_reason or why or "gone"
     if lock.renewal then
         lock.renewal:stop()
         stopped(lock)
