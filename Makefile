@@ -17,6 +17,12 @@ WARN        := -std=c99 -Wall -Wextra -Werror -pedantic -Wno-overlength-strings
 SRCS        := $(wildcard csrc/*.c)
 HDRS        := $(wildcard csrc/*.h)
 CORE        := $(BUILD)/redlock/core.so
+# The Redis scripts: scripts/NAME.lua (parts in scripts/parts/), embedded
+# by tools/embed.sh into $(GEN_H), which csrc/script.c includes (and
+# $(GEN)/scripts/, the composed scripts make lint checks).
+GEN         := $(BUILD)/gen
+GEN_H       := $(GEN)/scripts_gen.h
+SCRIPTS     := $(wildcard scripts/*.lua scripts/parts/*.lua)
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas \
@@ -26,9 +32,14 @@ all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
 	$(BUILD)/tests/topo_test $(BUILD)/tests/switch_proxy
 
-$(CORE): $(SRCS) $(HDRS) Makefile
+# (the directories too: a script added or removed changes them)
+$(GEN_H): $(SCRIPTS) scripts scripts/parts tools/embed.sh
+	sh tools/embed.sh $(GEN)
+
+# `luarocks make` builds this too (redlock-scm-1.rockspec, BUILD=build/rock)
+$(CORE): $(SRCS) $(HDRS) $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -I$(GEN) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 # A C program for spec/01: tokens after fork() (see csrc/token.h).
 $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
@@ -73,13 +84,13 @@ test: deps build build-jit
 check test-unit: deps build build-jit
 	@sh spec/run.sh
 
-lint test-lint: deps
-	@sh tools/lint.sh
+lint test-lint: deps $(GEN_H)
+	@GEN=$(GEN) sh tools/lint.sh
 
 # The C where size_t and long are 32 bits: csrc/ compiled with -m32, the
 # encoder's size check run there (under qemu-i386 if the kernel runs no i386).
-test-m32: deps
-	@CC="$(CC)" WARN="$(WARN)" BUILD="$(BUILD)" sh tools/test-m32.sh
+test-m32: deps $(GEN_H)
+	@CC="$(CC)" WARN="$(WARN)" BUILD="$(BUILD)" GEN="$(GEN)" sh tools/test-m32.sh
 
 # The specs against an ASan+UBSan build of the core, loaded into the stock
 # lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
@@ -139,9 +150,9 @@ FLOOR       := $(BUILD)/bench/floor
 BENCH_BIN   := $(BUILD)/bench
 BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas
 
-$(FLOOR): bench/floor.c csrc/scripts.h Makefile
+$(FLOOR): bench/floor.c $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
 
 bench-deps: deps
 	@PACKAGES="gnuplot-nox" sh tools/deps.sh
@@ -265,9 +276,9 @@ $(BENCH_BIN)/contended_floor: bench/contended_floor.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(HIREDIS_LIBS) $(LDFLAGS)
 
-$(BENCH_BIN)/tls_floor: bench/tls_floor.c csrc/scripts.h Makefile
+$(BENCH_BIN)/tls_floor: bench/tls_floor.c $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ bench/tls_floor.c $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -o $@ bench/tls_floor.c $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 $(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
 	@mkdir -p $(dir $@)

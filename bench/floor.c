@@ -48,8 +48,9 @@
  * the INFO commandstats deltas over the measured loop, summed over the
  * servers (INFO itself left out; a script's usec includes the commands it
  * calls, which count again under their own names). Exits 2 on any
- * unexpected reply. The script texts come from csrc/scripts.h, so the
- * server runs the very scripts the library runs. */
+ * unexpected reply. The script texts come from scripts/NAME.lua (the
+ * build's generated scripts_gen.h), so the server runs the very scripts
+ * the library runs. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
@@ -61,10 +62,10 @@
 
 #include <hiredis/hiredis.h>
 
-#include "scripts.h"
+#include "scripts_gen.h"
 
 /* The release of the SET command's documentation (redis.io, "Patterns"),
- * as a user copies it: not csrc/scripts.h. */
+ * as a user copies it: not scripts/release.lua. */
 #define TEXTBOOK_RELEASE                                                    \
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then\n"                      \
     "    return redis.call(\"del\",KEYS[1])\n"                              \

@@ -39,7 +39,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "scripts.h"
+#include "scripts_gen.h"
 
 #define MAX_SERVERS 16
 

@@ -1,25 +1,14 @@
-/* Script registry: texts from scripts.h, named by SHA-1 for EVALSHA. */
+/* Script registry: the texts of scripts/NAME.lua (embedded by tools/embed.sh
+ * into the generated scripts_gen.h), named by SHA-1 for EVALSHA. */
 #include "scripts.h"
 
 #include <string.h>
 
+#include "scripts_gen.h"
 #include "sha1.h"
 
 static redlock_script scripts[] = {
-    {"acquire", REDLOCK_SCRIPT_ACQUIRE, ""},
-    {"release", REDLOCK_SCRIPT_RELEASE, ""},
-    {"extend", REDLOCK_SCRIPT_EXTEND, ""},
-    {"status", REDLOCK_SCRIPT_STATUS, ""},
-    {"fence_raise", REDLOCK_SCRIPT_FENCE_RAISE, ""},
-    {"give_up", REDLOCK_SCRIPT_GIVE_UP, ""},
-    {"sem_acquire", REDLOCK_SCRIPT_SEM_ACQUIRE, ""},
-    {"sem_release", REDLOCK_SCRIPT_SEM_RELEASE, ""},
-    {"rw_read", REDLOCK_SCRIPT_RW_READ, ""},
-    {"rw_release_read", REDLOCK_SCRIPT_RW_RELEASE_READ, ""},
-    {"group_acquire", REDLOCK_SCRIPT_GROUP_ACQUIRE, ""},
-    {"group_release", REDLOCK_SCRIPT_GROUP_RELEASE, ""},
-    {"group_extend", REDLOCK_SCRIPT_GROUP_EXTEND, ""},
-    {"group_wait", REDLOCK_SCRIPT_GROUP_WAIT, ""},
+    REDLOCK_SCRIPT_LIST
     {NULL, NULL, ""},
 };
 
@@ -39,8 +28,8 @@ const redlock_script *redlock_script_find(const char *name) {
     return NULL;
 }
 
-/* The fence of a counter stream's ID "ms-seq" (REDLOCK_SCRIPT_FENCE_FUNCTION
- * has the rule's server side): (ms - epoch) * 100 + seq; -1 when
+/* The fence of a counter stream's ID "ms-seq" (scripts/parts/fence.lua has
+ * the rule's server side, and REDLOCK_FENCE_EPOCH_MS): (ms - epoch) * 100 + seq; -1 when
  * seq is 100 or more (it would reach the next ms's fences: the acquire
  * script takes the next ms's first ID instead), the fence would be 2^53
  * or more (not exact as a double), the ID is before the epoch or its

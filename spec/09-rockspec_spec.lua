@@ -1,4 +1,5 @@
--- The rockspec installs every module of the tree and every C source: a file
+-- The rockspec installs every module of the tree, and the core the Makefile
+-- builds (every C source, the Redis scripts of scripts/ embedded): a file
 -- added without a rockspec line would work in the tree and be missing once
 -- installed with luarocks.
 local helper = require "helper"
@@ -13,13 +14,11 @@ end
 
 describe("redlock-scm-1.rockspec", function()
     local spec = load_rockspec()
-    local modules = spec.build.modules
+    local modules = spec.build.install.lua
 
     it("lists every Lua module under lua/", function()
         local listed = {}
-        for name, path in pairs(modules) do
-            if type(path) == "string" then listed[path] = name end
-        end
+        for name, path in pairs(modules) do listed[path] = name end
         for path in helper.read_cmd("cd lua && find . -name '*.lua' | sort"):gmatch("[^\n]+") do
             path = "lua/" .. path:gsub("^%./", "")
             local name = path:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/", ".")
@@ -27,12 +26,13 @@ describe("redlock-scm-1.rockspec", function()
         end
     end)
 
-    it("builds redlock.core from every C file under csrc/", function()
-        local sources = {}
-        for _, s in ipairs(modules["redlock.core"].sources) do sources[s] = true end
-        for path in helper.read_cmd("ls csrc/*.c"):gmatch("[^\n]+") do
-            assert.is_true(sources[path], path .. " is not in the rockspec")
-        end
+    it("installs the core the Makefile builds (every C file under csrc/)", function()
+        assert.equal("make", spec.build.type)
+        assert.equal(spec.build.build_target, spec.build.install.lib["redlock.core"])
+        local f = assert(io.open("Makefile"))
+        local makefile = f:read("*a")
+        f:close()
+        assert.matches("\nSRCS%s*:= %$%(wildcard csrc/%*%.c%)", makefile)
     end)
 
     it("installs the redlock command", function()
@@ -52,8 +52,17 @@ describe("redlock-scm-1.rockspec", function()
         out = helper.read_cmd(env .. "lua5.4 -e " .. q([[
             local r = require "redlock"
             assert(package.searchpath("redlock.core", package.cpath):find("rocktree", 1, true))
-            io.write(r.VERSION, " ", #r.token())]]) .. " 2>&1")
-        assert.matches("^%d+%.%d+%.%d+ 32$", out)
+            local names = {}
+            for name, s in pairs(require("redlock.core").scripts) do
+                assert(#s.sha == 40 and #s.source > 0, name)
+                names[#names + 1] = name
+            end
+            table.sort(names)
+            io.write(r.VERSION, " ", #r.token(), " ", table.concat(names, " "))]]) .. " 2>&1")
+        -- every script of scripts/ is in the installed core
+        local names = helper.read_cmd("cd scripts && LC_ALL=C ls *.lua"):gsub("%.lua\n", " "):gsub(" $", "")
+        assert.matches("^%d+%.%d+%.%d+ 32 ", out)
+        assert.equal(names, out:match("^%S+ 32 (.*)$"))
         out = helper.read_cmd(env .. q(tree .. "/bin/redlock") .. " --help 2>&1; echo rc=$?")
         assert.matches("rc=0", out)
         assert.matches("redlock run", out)

@@ -154,7 +154,7 @@ describe("keys the library leaves, and fences", function()
 
     -- The uncontended acquire takes SET NX PX and the fence's XADD without a
     -- script (redlock.scripted.grant): every grant's fence is raised to the
-    -- server's clock by the server (csrc/scripts.h), the scripts' grants
+    -- server's clock by the server (scripts/parts/fence.lua), the scripts' grants
     -- too. Fences strictly increase per key across clients when the
     -- counter is lost under live connections, with a restart, and when the
     -- server behind a connection changes to one that missed grants; the

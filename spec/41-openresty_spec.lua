@@ -388,7 +388,7 @@ describe("OpenResty (nginx + Lua module)", function()
             end), "no subscriber")
         end
 
-        -- Each waiter's how (ACQUIRE in csrc/scripts.h): "p" an nginx
+        -- Each waiter's how (scripts/acquire.lua): "p" an nginx
         -- waiter handed the lock by a message, "h" one blocked on its list.
         local function hows(key)
             local t = {}

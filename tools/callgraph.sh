@@ -11,7 +11,7 @@ dir=$(mktemp -d /tmp/redlock-callgraph.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 for f in csrc/*.c; do
     # shellcheck disable=SC2086
-    cc -c -std=c99 -O0 $LUA_CFLAGS -Icsrc -o "$dir/$(basename "$f" .c).o" "$f" || exit 1
+    cc -c -std=c99 -O0 $LUA_CFLAGS -Icsrc -I"${GEN:-build/gen}" -o "$dir/$(basename "$f" .c).o" "$f" || exit 1
 done
 for o in "$dir"/*.o; do
     b=$(basename "$o" .o)

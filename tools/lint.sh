@@ -4,6 +4,10 @@
 set -u
 cd "$(dirname "$0")/.."
 LUA_CFLAGS=${LUA_CFLAGS:-$(pkg-config --cflags lua5.4)}
+# the generated scripts_gen.h and composed scripts (make lint makes them)
+GEN=${GEN:-build/gen}
+[ -f "$GEN/scripts_gen.h" ] || { echo "no $GEN/scripts_gen.h: run make lint" >&2; exit 1; }
+export GEN
 passed=0
 failed=0
 check() {
@@ -19,10 +23,12 @@ check() {
     fi
 }
 check luacheck luacheck --no-color -q lua spec examples $(ls -d bench tools 2>/dev/null)
+# the Redis scripts, composed as Redis gets them (.luacheckrc: std redis)
+check "luacheck scripts" luacheck --no-color -q "$GEN/scripts"
 check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-    --std=c99 --inline-suppr -I csrc $LUA_CFLAGS csrc fuzz
+    --std=c99 --inline-suppr -I csrc -I "$GEN" $LUA_CFLAGS csrc fuzz
 # shellcheck disable=SC2086
-check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 $LUA_CFLAGS 2>&1 |
+check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 -I$GEN $LUA_CFLAGS 2>&1 |
     grep -E '(warning|error):' && exit 1 || exit 0"
 # the C files call each other one way only (docs/development.md, Layout)
 check "no call cycle among csrc/ files" sh tools/callgraph.sh

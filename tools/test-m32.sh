@@ -14,6 +14,8 @@ out=${BUILD:-build}/m32
 mkdir -p "$out"
 # the build's own warnings, from the Makefile (one list, not two)
 : "${WARN:?run it as make test-m32, which passes the build's WARN}"
+# the generated scripts_gen.h (csrc/script.c includes it)
+: "${GEN:?run it as make test-m32, which makes GEN/scripts_gen.h}"
 # Debian's luaconf.h includes a multiarch header that lives only in the
 # host's triplet directory; it names paths, nothing that depends on the width.
 LUA_CFLAGS="$(pkg-config --cflags lua5.4) -idirafter /usr/include/$($CC -print-multiarch)"
@@ -31,7 +33,7 @@ result() {
 
 for f in csrc/*.c; do
     # shellcheck disable=SC2086
-    $CC -m32 -fsyntax-only $WARN -pthread $LUA_CFLAGS "$f"
+    $CC -m32 -fsyntax-only $WARN -pthread $LUA_CFLAGS -I"$GEN" "$f"
     result $? "compiles for 32 bits: $f"
 done
 

@@ -26,7 +26,7 @@ local _M = {}
 local TTL = 10000
 local TTL_S = tostring(TTL)
 local COUNTER = "redlock:fences" -- redlock.util.FENCE_COUNTER
-local EPOCH = 1767225600000      -- csrc/scripts.h REDLOCK_FENCE_EPOCH_MS
+local EPOCH = 1767225600000      -- scripts/parts/fence.lua's EPOCH
 local POOL = "bench:floor"
 -- the textbook release (the Redis documentation's SET page)
 local DEL_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then "

@@ -336,8 +336,8 @@ function Server:wait(key, ms, since, token, _, give_back)
     return ngx_wait.wait(self, key, ms, since, token, give_back)
 end
 
---- How a waiter joins the queue (redlock.scripted.how; ACQUIRE in
--- csrc/scripts.h), a single lock's, a permit's or a reader's: "p", handed
+--- How a waiter joins the queue (redlock.scripted.how; scripts/acquire.lua
+-- and the kinds'), a single lock's, a permit's or a reader's: "p", handed
 -- it by a message to its worker's subscriber, when that subscriber listens
 -- and this phase can wait for it; else "w", woken only (it polls
 -- meanwhile, see redlock.ngx_wait).

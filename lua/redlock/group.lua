@@ -6,7 +6,7 @@
 -- token for the whole group), so a group and a single lock (or another
 -- group, or redis-py) of one of its keys exclude each other. On one server
 -- (plain, replicas, Sentinel) one script takes every key or none
--- (GROUP_ACQUIRE in csrc/scripts.h). On a Cluster a script's keys must
+-- (scripts/group_acquire.lua). On a Cluster a script's keys must
 -- share a hash slot: the keys are grouped by slot, the slots taken in
 -- ascending order, one script each; a refusal or a failure at one slot
 -- gives back the slots already taken before the caller waits. Nobody

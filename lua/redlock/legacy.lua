@@ -238,7 +238,7 @@ local FENCE_EPOCH_MS = 1767225600000
 -- The fence from INCR's answer f and TIME's {seconds, microseconds} (nil
 -- where the server has no TIME, before 2.6): at least the server's clock in
 -- ms since 2026-01-01, times 100 (the acquire script's rule,
--- csrc/scripts.h), so that a counter lost with a restart or a failover does
+-- scripts/parts/fence.lua), so that a counter lost with a restart or a failover does
 -- not make fences go back (as long as the clock does not). Below that,
 -- INCRBY of the difference: it never lowers the counter whatever runs in
 -- between; one more round trip, at most once a millisecond per server.
@@ -256,7 +256,7 @@ local function fence_seeded(server, key, f, t)
 end
 
 -- The next fence of a counter stream above `above` (0 at least: fences
--- are 1 or more), the way the acquire script takes one (csrc/scripts.h):
+-- are 1 or more), the way the acquire script takes one (scripts/parts/fence.lua):
 -- XADD's ID, or when that gives no fence (a seq over 99, an ID before the
 -- epoch's second) or not one above `above`, the ID of the next fence by an
 -- explicit XADD (refused when another client's came first: then again).

@@ -4,7 +4,7 @@
 -- (redlock.notify); a worker serving thousands of requests cannot hold a
 -- connection per waiting request. Here, each worker keeps one subscriber
 -- per server, started by the first waiter: a timer that SUBSCRIBEs to the
--- channel the release script publishes on (csrc/scripts.h, RELEASE).
+-- channel the release script publishes on (scripts/release.lua).
 --
 -- The hand-off: a waiter of a single lock, a writer, a reader or a
 -- semaphore's permit joins the key's waiters queue as one that is handed
@@ -49,7 +49,7 @@ local handed, refused_at_of = notify.handed, notify.refused_at
 
 local _M = {}
 
---- The channel (csrc/scripts.h's RELEASE publishes on it).
+--- The channel (scripts/release.lua publishes on it).
 _M.CHANNEL = "redlock:wake"
 --- A subscriber without waiters for this long stops (ms).
 _M.IDLE_MS = 30000

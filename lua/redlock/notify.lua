@@ -19,7 +19,7 @@
 -- only wants to be woken (inside nginx, where one subscriber per worker
 -- wakes them, redlock.ngx_wait; or one whose lock must wait for replicas)
 -- gets the key deleted and the wake-up list filled instead, and tries again.
--- See the ACQUIRE and RELEASE scripts in csrc/scripts.h.
+-- See the scripts scripts/acquire.lua and scripts/release.lua.
 --
 -- The validity of a handed lock: the key holds it for its ttl from the
 -- release, which came after the waiter's last refused attempt (sent at t0,
@@ -51,7 +51,7 @@ options.DEFAULTS.notify = true
 
 --- A waiter blocks at most this long (ms) before it asks again, which
 -- renews its place in the queue: its place lasts that long and a second
--- more (see ACQUIRE in csrc/scripts.h), so a waiter that died is skipped
+-- more (see scripts/acquire.lua), so a waiter that died is skipped
 -- by the releases that come 2 s after it died, or later, whatever the
 -- holder's ttl.
 _M.RECHECK_MS = 1000

@@ -1,5 +1,5 @@
 --- Lock operations on one server with the atomic scripts of the C core
--- (csrc/scripts.h): SET NX PX plus the fence in one step,
+-- (scripts/*.lua): SET NX PX plus the fence in one step,
 -- compare-and-delete, compare-and-PEXPIRE. Internal.
 local util = require "redlock.util"
 local notify = require "redlock.notify"
@@ -138,7 +138,7 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
--- csrc/scripts.h), in one round trip (conn:grant; inside nginx the
+-- scripts/parts/fence.lua), in one round trip (conn:grant; inside nginx the
 -- cosocket transport's, redlock.cosocket), on a server whose connection
 -- can (not a Cluster, and once a script ran on this very connection:
 -- server.grants; inside nginx, with no pooled connection made since).

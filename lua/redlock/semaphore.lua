@@ -7,7 +7,7 @@
 -- (server ms) with the limit as a member "limit" of score -N; the key's
 -- PEXPIRE is the latest permit's expiry, and every script drops the
 -- expired permits first, so each permit expires on its own (see the
--- SEM_* scripts in csrc/scripts.h). Waiting is the single lock's notified
+-- scripts/sem_*.lua). Waiting is the single lock's notified
 -- waiting (redlock.notify: the same waiters queue and hand-off lists): a
 -- permit given back goes to the first waiter in the same step. Extending
 -- a permit is the single lock's extend (one script for both), which is
@@ -166,7 +166,7 @@ function _M.make(name, what, scripts, limit)
         local server = client.servers[1]
         return single.released(server, give_back(server, key, token))
     end
-    -- one extend script for locks, permits and readers (csrc/scripts.h EXTEND)
+    -- one extend script for locks, permits and readers (scripts/extend.lua)
     s.extend = single.extend
     -- (the kinds run scripts in every mode: their waiters leave by script)
     function s.give_up(client, key, token) return scripted.give_up(client.servers[1], key, token) end

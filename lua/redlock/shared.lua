@@ -5,7 +5,7 @@
 -- A writer is a single lock (`SET key <token> PX ttl`): writers, single
 -- locks and other clients' `SET NX` locks of one key exclude each other.
 -- Readers hold the key as a sorted set of token -> expiry with a member
--- "shared" (see RW_READ in csrc/scripts.h): while any reader holds, the
+-- "shared" (see scripts/rw_read.lua): while any reader holds, the
 -- key exists, so a writer (or `SET key x NX` from another client) finds it
 -- held. Readers and writers wait in the single lock's FIFO queue: a writer
 -- waiting there keeps later readers out (no writer starvation), the last

@@ -68,7 +68,7 @@ function _M.companion_key(key, suffix)
 end
 
 --- The fence counter that a lock on `key` takes its fence from: one per
--- server, for every key (the acquire script, csrc/scripts.h); with
+-- server, for every key (the acquire script, scripts/acquire.lua); with
 -- per_slot (a Cluster, where a script's keys must share a slot), one per
 -- hash slot: "{tag}redlock:fences", the tag chosen to land in key's slot
 -- (csrc/slot.c), so that a key's fences come from one counter wherever
