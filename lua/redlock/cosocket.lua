@@ -68,7 +68,7 @@ local fallback, pool_name, handshake, setup = ngx_conn.fallback, ngx_conn.pool_n
     ngx_conn.setup
 local view, command_name, attempt, routed = ngx_conn.view, ngx_conn.command_name, ngx_conn.attempt,
     ngx_conn.routed
-local NEW_CONN = ngx_conn.NEW_CONN
+local NEW_CONN, made_in_worker = ngx_conn.NEW_CONN, ngx_conn.made_in_worker
 
 local function closed()
     return nil, "closed: the connection is closed", "closed"
@@ -181,15 +181,16 @@ local POOLED = { ms = 0, pooled = true }
 -- with a counter, the fence's XADD, in one write on one pooled connection,
 -- with the same answers; what XADD's reply means is the C core's rule
 -- (core.grant_fence), the one conn:grant reads it by. on: the connects()
--- count a script ran at; -3 (nothing sent) when a connection was made
--- since, or when none is pooled now (a new one, which no script ran on,
--- is made and pooled for the next caller): it may reach a server that
--- refuses scripting now, and with it this lock's release.
+-- count (Conn.connects: the worker's) a script ran at; -3 (nothing sent)
+-- when a pooled connection was made since, by any client of the worker,
+-- or when none is pooled now (a new one, which no script ran on, is made
+-- and pooled for the next caller): it may reach a server that refuses
+-- scripting now, and with it this lock's release.
 function Conn:grant(key, token, ttl, counter, on)
     local server = self.server
     if server.cluster then error("bad argument #1 to 'grant' (not for a Cluster)", 2) end
     if server.closed then return closed() end
-    if on ~= nil and on ~= server:connects() then return -3 end
+    if on ~= nil and on ~= made_in_worker() then return -3 end
     if not yieldable() then
         local conn = fallback(server).conn
         return conn:grant(key, token, ttl, counter, on and conn:connects())
@@ -207,7 +208,10 @@ function Conn:grant(key, token, ttl, counter, on)
     return 1, grant_fence(server.name, id, err)
 end
 
-function Conn:connects() return self.server:connects() end
+--- For the acquire without a script (redlock.scripted: server.grants):
+-- the pooled connections this worker has made, to any server (a new one
+-- may reach a server that refuses scripting now).
+function Conn.connects() return made_in_worker() end
 
 --- Whether a connection is open for this caller now: in cosocket phases,
 -- one held since WATCH or MULTI (the state a caller may need to clean up).
@@ -255,13 +259,6 @@ function _M.new(spec, mode, o)
         cluster = ngx_cluster.new(spec),
         node_pools = {},
         node_views = {},
-        slot_fences = b.slot_fences,
-        -- the uncontended acquire without a script, as outside nginx
-        -- (redlock.server, Conn:grant): can_grant is redlock.server's rule
-        grants = false,
-        can_grant = b.can_grant,
-        grants_off = false,
-        refused = false, refused_until = 0,
         -- coroutine -> socket held between WATCH/MULTI and EXEC; weak, so a
         -- finished request's coroutine does not keep anything alive
         pinned = setmetatable({}, { __mode = "k" }),
@@ -272,6 +269,9 @@ function _M.new(spec, mode, o)
         closed = false,
     }, Server)
     self.conn = setmetatable({ server = self }, Conn)
+    -- the state of its locks, as redlock.server's (the uncontended acquire
+    -- without a script too, Conn:grant)
+    blocking.lock_state(self, spec)
     -- a Cluster's release subscriber (redlock.ngx_wait): one per worker,
     -- seeds and credentials, as a pool is
     if self.cluster then self.wait_id = pool_name(self, self.cluster.id, 0) end

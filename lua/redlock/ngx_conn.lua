@@ -19,6 +19,14 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
 
+-- Pooled connections this worker has made, to any server, never reset
+-- (a fork copies it): the acquire without a script goes only while none
+-- was made since a script ran (redlock.cosocket's Conn:grant). The pools
+-- are the worker's, shared by every client of the same server, so a
+-- client's own count would miss another's new connection.
+local made_in_worker = 0
+function _M.made_in_worker() return made_in_worker end
+
 -- Commands after which the connection carries state for the next command of
 -- the same caller (WATCH ... EXEC, as legacy mode does): the socket stays
 -- with the calling coroutine instead of going back to the pool, until a
@@ -393,7 +401,7 @@ local function attempt(self, node, ask, cmd, req, tmo, w, script, nkeys, ...)
         ok, err, code, again = setup(who, sock, rd, limit)
         if ok then
             fresh = err == 0
-            self.made = self.made + 1
+            self.made, made_in_worker = self.made + 1, made_in_worker + 1
             break
         end
         sock:close()
@@ -515,7 +523,7 @@ local function query(self, node)
             sock:close()
             return nil, err, code, false
         end
-        self.made = self.made + 1
+        self.made, made_in_worker = self.made + 1, made_in_worker + 1
     end
     local ok, v, msg, code = exchange(sock, rd, SLOTS, true)
     if not ok then

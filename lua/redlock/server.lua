@@ -18,10 +18,35 @@ Server.__index = Server
 
 local _M = {}
 
+--- The state a server keeps for its locks, set in `server` (this module's
+-- and redlock.cosocket's: one list for both).
+function _M.lock_state(server, spec)
+    -- fence counters per slot, not per server (redlock.util.fence_counter)
+    server.slot_fences = spec.cluster ~= nil
+    -- the uncontended acquire may go without a script (conn:grant,
+    -- redlock.scripted.grant) once a script ran here (the release
+    -- needs one: a server that refuses scripting says so at the first
+    -- acquire, not at its release); a Cluster's, and a server's without
+    -- streams (before Redis 5), take the scripts' way. The connects()
+    -- count of the connection a script ran on (false: none yet): a new
+    -- connection may reach a server that refuses scripting now
+    server.grants = false
+    server.can_grant = spec.cluster == nil
+    -- conn:connects() of the connection grant turned itself off on
+    -- (no streams there, or XADD refused): the next one tries again
+    server.grants_off = false
+    -- read by every lock (redlock.lua, redlock.scripted): present, so
+    -- that a read does not go on to the metatable
+    server.refused, server.refused_until, server.contended, server.woke_key = false, 0, false, false
+    -- (redlock.detect: the locks auto mode took in legacy mode)
+    server.legacy_held = false
+    return server
+end
+
 --- spec: a checked server table; mode: "auto", "script" or "legacy".
 function _M.new(spec, mode)
     local conn = core.conn(spec.sentinels and options.sentinel_conn_spec(spec) or spec)
-    return setmetatable({
+    local self = setmetatable({
         conn = conn,
         name = conn:name(),
         mode = mode,
@@ -31,26 +56,9 @@ function _M.new(spec, mode)
         -- (Redis 3.0 and later).
         ops = spec.cluster and scripted or OPS[mode or "auto"],
         scripts_only = spec.cluster ~= nil,
-        -- fence counters per slot, not per server (redlock.util.fence_counter)
-        slot_fences = spec.cluster ~= nil,
-        -- the uncontended acquire may go without a script (conn:grant,
-        -- redlock.scripted.grant) once a script ran here (the release
-        -- needs one: a server that refuses scripting says so at the first
-        -- acquire, not at its release); a Cluster's, and a server's without
-        -- streams (before Redis 5), take the scripts' way. The connects()
-        -- count of the connection a script ran on (false: none yet): a new
-        -- connection may reach a server that refuses scripting now
-        grants = false,
-        can_grant = spec.cluster == nil,
-        -- conn:connects() of the connection grant turned itself off on
-        -- (no streams there, or XADD refused): the next one tries again
-        grants_off = false,
-        -- read by every lock (redlock.lua, redlock.scripted): present, so
-        -- that a read does not go on to the metatable
-        refused = false, refused_until = 0, contended = false, woke_key = false,
-        -- (redlock.detect: the locks auto mode took in legacy mode)
-        legacy_held = false,
+        -- (the state of its locks: lock_state)
     }, Server)
+    return _M.lock_state(self, spec)
 end
 
 --- Runs a command; nil, message, code on failure. A connection that the
