@@ -8,11 +8,13 @@
 -- back, and waiters served). A waiter queued with another limit (misuse)
 -- is woken and dropped, never handed a permit: its next attempt learns
 -- of the mismatch. Each permit free after ours is gone goes to the next
--- live semaphore waiter of the queue, front first, in this same step (its token
--- with its own ttl as in release.lua's hand-off, a new fence, and "fence
--- server-ms" pushed to its hand-off list); a waiter that is only woken
--- (nginx, replicas) stops the hand-offs there and is woken, as release.lua
--- does; so does a hand-off whose fence fails (see parts/serve_queue.lua). The key's
+-- live semaphore waiter of the queue, front first, in this same step (its
+-- token with its own ttl as in release.lua's hand-off, a new fence, and
+-- "fence server-ms" told it by parts/hand.lua: its hand-off list, or a
+-- message to its worker's subscriber inside nginx); a waiter that is only
+-- woken (replicas; inside nginx before its worker's subscriber listens)
+-- stops the hand-offs there and is woken, as release.lua does; so does a
+-- hand-off whose fence fails (see parts/serve_queue.lua). The key's
 -- PEXPIRE follows its latest permit; no permit left deletes it.
 --@include parts/fence.lua
 --@include parts/hand.lua
