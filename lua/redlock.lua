@@ -392,8 +392,12 @@ end
 local function leave(client, key, token, o, renew, t_refused)
     local strategy = o.kind or client.strategy
     local outcome, fence, since = strategy.give_up(client, key, token)
-    if outcome == "handed" then return handed(client, key, token, o, renew, t_refused, fence, since) end
-    if outcome == "held" then strategy.release(client, key, token) end
+    -- (fence 0 where one was asked for: an older client's release, which
+    -- knew no fence for this waiter, handed it; released as unknown)
+    if outcome == "handed" and (fence ~= 0 or not o.fence) then
+        return handed(client, key, token, o, renew, t_refused, fence, since)
+    end
+    if outcome == "held" or outcome == "handed" then strategy.release(client, key, token) end
 end
 
 -- After a refused first attempt (pttl, where: the holder's), attempts
