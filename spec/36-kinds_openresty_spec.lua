@@ -167,7 +167,7 @@ describe("the kinds' hand-off inside nginx, in one queue with plain Lua processe
 
     local function queued(key) return data:command("ZCARD", "{" .. key .. "}:waiters") end
 
-    -- Each waiter's how, in queue order (ACQUIRE in csrc/scripts.h): "p"
+    -- Each waiter's how, in queue order (scripts/parts/join_queue.lua): "p"
     -- handed by a message, "h" on its hand-off list, "w" woken only.
     local function hows(key)
         local t = {}

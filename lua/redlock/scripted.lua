@@ -122,8 +122,8 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     return _M.answer(server, taken, v, at)
 end
 
---- How a waiter joins the waiters queue (ACQUIRE's ARGV[4] in
--- csrc/scripts.h; every kind's acquire script takes the same): "h"
+--- How a waiter joins the waiters queue (ARGV[4] of scripts/acquire.lua;
+-- every kind's acquire script takes the same): "h"
 -- handed the lock or permit on its hand-off list, "p" (inside nginx,
 -- server.handoff_how says, redlock.cosocket) by a message to its worker's
 -- subscriber, "w" woken only. handoff: the caller may be handed it (see
