@@ -351,6 +351,7 @@ describe("mode auto", function()
         it("in mode script, a server restarted without it: no lock is taken that it could not release", function()
             -- (the uncontended acquire goes without a script once a script
             -- ran, on that connection only: a new one asks the script first)
+            helper.needs("set_px")
             local srv = helper.start_server {}
             local client = redlock.new { servers = { srv:url() }, mode = "script" }
             local key = helper.key()
