@@ -157,17 +157,11 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 -- is not used.
 function _M.grant(server, key, token, ttl_s, unfenced, valid_until)
     local conn = server.conn
-    if unfenced then
-        local taken, err, code, stale = conn:grant(key, token, ttl_s, nil, server.grants)
-        if taken == 1 then return true, 0 end
-        if taken == 0 then return false end
-        if taken == -3 then server.grants = false return "script", false end
-        if stale then return "script", true end -- the script path retries
-        return nil, err, code
-    end
     -- (Server counters only: server.grants is false on a Cluster)
-    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, FENCE_COUNTER, server.grants)
+    local taken, fence, msg, stale = conn:grant(key, token, ttl_s, not unfenced and FENCE_COUNTER or nil,
+        server.grants)
     if taken == 1 then
+        if unfenced then return true, 0 end
         if not fence or fence == -2 then
             -- -2: no streams (before Redis 5), the script's counter; false:
             -- another XADD error (no permission, a proxy's own refusal),
