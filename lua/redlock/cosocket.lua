@@ -549,4 +549,16 @@ function Server:close()
     if self.fallback then self.fallback:close() end
 end
 
+--- The server as its owed work sees it (redlock.ngx_wait's give-back of a
+-- lock handed to a request that has ended): a request's cleanup may have
+-- closed its client, yet the queue's other waiters are owed that lock now,
+-- not after its ttl. A closed one's view shares its state and pool (nginx
+-- still keeps the pooled connections) and answers as an open one.
+function Server:owing()
+    if not self.closed then return self end
+    local v = setmetatable({ closed = false }, { __index = self })
+    v.conn = setmetatable({ server = v }, Conn)
+    return v
+end
+
 return _M

@@ -101,9 +101,10 @@ end
 -- the single lock's), which hands it to the next waiter (GIVE_UP,
 -- RELEASE, SEM_RELEASE), from a timer (the subscriber's thread reads its
 -- connection), through the waiter's own server (the subscriber's, that of
--- the worker's first waiter, may belong to a client closed since).
+-- the worker's first waiter, may belong to another client), even if the
+-- request's cleanup closed its client (Server:owing).
 local function abandon(e, token)
-    local server, key, give_back = e.server, e.key, e.give_back
+    local server, key, give_back = e.server:owing(), e.key, e.give_back
     ngx.timer.at(0, function()
         local scripted = require "redlock.scripted"
         if scripted.give_up(server, key, token) then (give_back or scripted.release)(server, key, token) end

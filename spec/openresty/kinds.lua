@@ -101,6 +101,25 @@ function _M.kfifo()
     ngx.say(ok and line or tostring(rerr))
 end
 
+--- GET /kfifo_close?key=K&kind=...&n=N (as /kfifo): the acquire waits in
+-- a light thread; once N waiters are in K's queue and it waits among them,
+-- the request closes its client and ends (ngx.exit), as a request's cleanup
+-- would: what a release hands it must pass on all the same.
+function _M.kfifo_close()
+    local r, kind, key = counter.redis, ngx.var.arg_kind, ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+    ngx.thread.spawn(function()
+        return c:acquire(key, { limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil,
+            shared = kind == "shared" })
+    end)
+    while call("ZCARD", "{" .. key .. "}:waiters") < tonumber(ngx.var.arg_n) do ngx.sleep(0.01) end
+    ngx.sleep(0.05) -- (its refusal's answer read: it waits)
+    c:close()
+    ngx.say("closed")
+    ngx.exit(200)
+end
+
 --- GET /pair?a=K1&b=K2: a group lock of the two keys; inside, each key's
 -- counter (K:counter) read, a yield, written + 1.
 function _M.pair()
