@@ -336,6 +336,13 @@ function Server:wait(key, ms, since, token, _, give_back)
     return ngx_wait.wait(self, key, ms, since, token, give_back)
 end
 
+--- A waiter whose GIVE_UP found the lock handed to it (redlock.scripted.
+-- give_up): the hand-off's message, "handed", fence, since; or nil.
+function Server:handed_late(key, token, give_back)
+    if not yieldable() then return nil end
+    return ngx_wait.handed_late(self, key, token, give_back)
+end
+
 --- How a waiter joins the queue (redlock.scripted.how; scripts/acquire.lua
 -- and the kinds'), a single lock's, a permit's or a reader's: "p", handed
 -- it by a message to its worker's subscriber, when that subscriber listens

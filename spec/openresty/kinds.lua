@@ -80,14 +80,15 @@ function _M.rw()
     ngx.say(tostring(v))
 end
 
---- GET /kfifo?key=K&kind=limit|shared|writer&limit=N&wait=MS&hold=MS&ttl=MS:
+--- GET /kfifo?key=K&kind=limit|shared|writer&limit=N&wait=MS&hold=MS&ttl=MS&timeout=MS:
 -- acquires K as a permit (kind limit, of limit N), a reader (shared) or a
 -- writer, with a client whose polling would sleep 10 s; holds it hold ms,
 -- releases, and answers "acquired <core.now() when taken> fence <fence>".
 function _M.kfifo()
     local r, kind = counter.redis, ngx.var.arg_kind
     local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
-        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000,
+        timeout = tonumber(ngx.var.arg_timeout) }
     local lock, err = c:acquire(ngx.var.arg_key, {
         limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil, shared = kind == "shared" })
     if not lock then
