@@ -71,11 +71,10 @@ function Server:call(...)
     return r, err, code
 end
 
---- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT), sent once
--- more on a stale connection as Server:call.
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT; sent once
+-- more on a stale connection by the connection itself).
 function Server:eval(name, nkeys, ...)
-    local conn = self.conn
-    local r, err, code = once_more(conn.eval, conn, name, nkeys, ...)
+    local r, err, code = self.conn:eval(name, nkeys, ...)
     return r, err, code
 end
 
