@@ -29,21 +29,30 @@
 -- (without scripts: WATCH/EXEC, where it has one).
 local util = require "redlock.util"
 
-local format, pairs = string.format, pairs
+local format = string.format
 
 local _M = {}
 local missings = {}
+local function nothing() return nil end
 
 --- The error of a server whose operations cannot run `what` (legacy mode):
 -- one message for every operation and kind (redlock.quorum.of's too).
-function _M.cannot(server, what)
-    return nil, format("server: %s: %s needs the server's scripts (legacy mode)", server.name, what), "server"
+-- note: what it ends with (redlock.server's methods add the mode note).
+function _M.cannot(server, what, note)
+    return nil, format("server: %s: %s needs the server's scripts%s", server.name, what, note or ""), "server"
 end
 
 --- What a mode without operation `name` runs instead: nothing for an
 -- optional one, else cannot's error.
 function _M.missing(name)
-    return missings[name]
+    local f = missings[name]
+    if not f then
+        local op = _M.list[name]
+        local what = op.what
+        f = op.optional and nothing or function(server) return _M.cannot(server, what) end
+        missings[name] = f
+    end
+    return f
 end
 
 local function flag(server, r)
@@ -78,11 +87,5 @@ _M.list = {
     -- an undecided server have no queue
     give_up = { what = "leaving the waiters queue", optional = true, script = "give_up" },
 }
-
-local function nothing() return nil end
-for name, op in pairs(_M.list) do
-    local what = op.what
-    missings[name] = op.optional and nothing or function(server) return _M.cannot(server, what) end
-end
 
 return _M

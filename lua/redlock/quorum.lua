@@ -493,7 +493,7 @@ function _M.of(op)
         if r == 0 then return false end
         return unexpected(server, op.release_script, r)
     end
-    op.cannot = function(server) return lock_ops.cannot(server, op.what) end
+    op.cannot = function(server) return lock_ops.cannot(server, op.what, " (legacy mode)") end
     only_cannot[op.cannot] = true
     return {
         name = "quorum",

@@ -116,7 +116,8 @@ Server.noted = noted
 -- (its answers: redlock.single's strategy interface, less the server's
 -- name), run by the operations of the server's mode, or by those that
 -- took the lock (redlock.detect.ops_for), with the mode in an error's
--- message. A mode without the operation: nil (optional) or cannot's error.
+-- message. A mode without the operation: nil (optional) or
+-- redlock.ops.cannot's error.
 -- acquire(key, token, ttl, waiting, handoff, unfenced, rep) -> true, fence
 -- | false, pttl (another holder; -1 when the key has no expiry) | nil, err,
 -- code (waiting, handoff: see redlock.scripted; rep: replica
@@ -129,13 +130,13 @@ local function method(name, op)
     if op.by_token then
         return function(self, key, token, ...)
             local f = ops_for(self, token)[name]
-            if not f then return none(self) end
+            if not f then return noted(self, none(self)) end
             return noted(self, f(self, key, token, ...))
         end
     end
     return function(self, ...)
         local f = self.ops[name]
-        if not f then return none(self) end
+        if not f then return noted(self, none(self)) end
         return noted(self, f(self, ...))
     end
 end
