@@ -272,8 +272,8 @@ local function run(name)
     end
 end
 
--- every operation of redlock.ops that settles the mode first (an operation
--- that legacy mode lacks gets redlock.server's error once fallen back)
+-- every operation of redlock.ops that settles the mode first (one that
+-- legacy mode lacks answers as redlock.ops.missing says, once fallen back)
 for name, op in pairs(lock_ops.list) do
     if op.settle then _M[name] = run(name) end
 end

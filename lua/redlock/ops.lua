@@ -1,7 +1,8 @@
 --- The single lock's operations, each described once. redlock.server
--- (Server methods), redlock.detect (mode "auto"), redlock.single (one
--- server) and redlock.quorum (Redlock) serve every operation listed here;
--- nothing there is written per operation. Internal.
+-- (a Server method each), redlock.detect (mode "auto") and redlock.single
+-- (one server) serve every operation listed here, nothing there is written
+-- per operation; redlock.quorum (Redlock) sends their scripts with the
+-- arguments given here. Internal.
 --
 -- An entry, keyed by the operation's name (which is also the Server
 -- method's, the strategy function's and the operation sets' key):
