@@ -6,11 +6,12 @@ local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
 local options = require "redlock.options"
 local scripted = require "redlock.scripted"
+local util = require "redlock.util"
 
 local lock_ops = require "redlock.ops"
 
 local setmetatable, type, pairs, gsub = setmetatable, type, pairs, string.gsub
-local ops_for, missing = detect.ops_for, lock_ops.missing
+local ops_for, missing, once_more = detect.ops_for, lock_ops.missing, util.once_more
 
 -- The operations per opts.mode; auto's replace themselves on first use.
 local OPS = { script = scripted, legacy = legacy, auto = detect }
@@ -68,16 +69,15 @@ end
 -- not a failure of this call: it reconnects and sends once more.
 function Server:call(...)
     local conn = self.conn
-    local r, err, code, stale = conn:command(...)
-    if r == nil and stale then r, err, code = conn:command(...) end
+    local r, err, code = once_more(conn.command, conn, ...)
     return r, err, code
 end
 
---- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT), sent once
+-- more on a stale connection as Server:call.
 function Server:eval(name, nkeys, ...)
     local conn = self.conn
-    local r, err, code, stale = conn:eval(name, nkeys, ...)
-    if r == nil and stale then r, err, code = conn:eval(name, nkeys, ...) end
+    local r, err, code = once_more(conn.eval, conn, name, nkeys, ...)
     return r, err, code
 end
 
