@@ -1,0 +1,98 @@
+-- The single lock's operations are one registry (lua/redlock/ops.lua): an
+-- operation added there with its script-mode form only (the steps of
+-- docs/development.md, Adding a lock operation) is served by every layer:
+-- the Server method, mode "auto" (which settles the mode first) and the
+-- one-server strategy; legacy mode, which has no form of it, answers one
+-- clear error. The operation added here, "touch", runs the extend script
+-- under another name, against real redis-servers.
+local helper = require "helper"
+
+local format = string.format
+
+local NOSCRIPT = {
+    'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
+    'rename-command FUNCTION ""', 'rename-command FCALL ""',
+}
+
+local function ours(name) return name == "redlock" or (name:find("^redlock%.") and name ~= "redlock.core") end
+
+describe("a lock operation added to the registry", function()
+    local saved, redlock, server, noscript = {}, nil, nil, nil
+
+    setup(function()
+        -- the modules loaded afresh: their layers are made from the
+        -- registry, which now has the new entry
+        for name, m in pairs(package.loaded) do
+            if ours(name) then saved[name], package.loaded[name] = m, nil end
+        end
+        local ops = require "redlock.ops"
+        ops.list.touch = { what = "touching a lock", by_token = true, settle = true, single = "flag" }
+        local scripted = require "redlock.scripted"
+        function scripted.touch(srv, key, token, ttl)
+            local r, err, code = srv:eval("extend", 1, key, token, format("%d", ttl))
+            if r == nil then return nil, err, code end
+            return r == 1
+        end
+        redlock = require "redlock"
+        server = helper.start_server()
+        noscript = helper.start_server { config = NOSCRIPT }
+    end)
+
+    teardown(function()
+        for name in pairs(package.loaded) do
+            if ours(name) then package.loaded[name] = nil end
+        end
+        for name, m in pairs(saved) do package.loaded[name] = m end
+        helper.stop_all()
+    end)
+
+    it("runs in script mode through the one-server strategy", function()
+        helper.needs("set_px")
+        local client = redlock.new { servers = { server:url() }, mode = "script" }
+        local data = require("redlock.core").conn(server:spec())
+        local key = helper.key("touch")
+        local lock = assert(client:acquire(key, { ttl = 1000 }))
+        assert.is_true((client.strategy.touch(client, key, lock.token, 60000)))
+        assert.is_true(helper.pttl(data, key) > 1000)
+        -- another token's: false, naming the server, as a release says it
+        local ok, where = client.strategy.touch(client, key, redlock.token(), 60000)
+        assert.is_false(ok)
+        assert.equal(client.servers[1].name, where)
+        assert.is_true(lock:release())
+        data:close()
+        client:close()
+    end)
+
+    it("settles mode \"auto\" first, as the lock's own operations do", function()
+        helper.needs("set_px") -- (before: legacy mode, the last test's error)
+        local client = redlock.new { servers = { server:url() } }
+        local one = client.servers[1]
+        assert.is_nil(one:chosen_mode())
+        assert.is_false((one:touch(helper.key("touch"), redlock.token(), 1000)))
+        assert.equal("script", one:chosen_mode())
+        client:close()
+    end)
+
+    it("answers one clear error where legacy mode has no form of it", function()
+        local message = "touching a lock needs the server's scripts (legacy mode)"
+        -- mode "legacy": a lock it took is touched by legacy's operations
+        local client = redlock.new { servers = { server:url() }, mode = "legacy" }
+        local key = helper.key("touch")
+        local lock = assert(client:acquire(key))
+        local ok, err, code = client.strategy.touch(client, key, lock.token, 60000)
+        assert.is_nil(ok)
+        assert.equal("server", code)
+        assert.equal(format("server: %s: %s", client.servers[1].name, message), err)
+        assert.is_true(lock:release())
+        client:close()
+        -- mode "auto" on a server that refuses scripting: settled to legacy
+        -- by this operation, which then says the same
+        client = redlock.new { servers = { noscript:url() } }
+        ok, err, code = client.strategy.touch(client, key, redlock.token(), 60000)
+        assert.is_nil(ok)
+        assert.equal("server", code)
+        assert.equal(format("server: %s: %s", client.servers[1].name, message), err)
+        assert.equal("legacy", client.servers[1]:chosen_mode())
+        client:close()
+    end)
+end)
