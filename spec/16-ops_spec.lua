@@ -1,5 +1,5 @@
 -- The single lock's operations are one registry (lua/redlock/ops.lua): an
--- operation added there with its script-mode form only (the steps of
+-- operation added there with its entry only (the steps of
 -- docs/development.md, Adding a lock operation) is served by every layer:
 -- the Server method, mode "auto" (which settles the mode first) and the
 -- one-server strategy; legacy mode, which has no form of it, answers one
@@ -25,14 +25,12 @@ describe("a lock operation added to the registry", function()
         for name, m in pairs(package.loaded) do
             if ours(name) then saved[name], package.loaded[name] = m, nil end
         end
+        -- its entry only: the script-mode form is made from `args`
         local ops = require "redlock.ops"
-        ops.list.touch = { what = "touching a lock", by_token = true, settle = true, single = "flag" }
-        local scripted = require "redlock.scripted"
-        function scripted.touch(srv, key, token, ttl)
-            local r, err, code = srv:eval("extend", 1, key, token, format("%d", ttl))
-            if r == nil then return nil, err, code end
-            return r == 1
-        end
+        ops.list.touch = {
+            what = "touching a lock", by_token = true, settle = true, single = "flag", script = "extend",
+            args = function(_, key, token, ttl) return 1, key, token, format("%d", ttl) end,
+        }
         redlock = require "redlock"
         server = helper.start_server()
         noscript = helper.start_server { config = NOSCRIPT }

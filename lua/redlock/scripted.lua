@@ -4,6 +4,7 @@
 local util = require "redlock.util"
 local notify = require "redlock.notify"
 local replicas = require "redlock.replicas"
+local lock_ops = require "redlock.ops"
 
 local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
@@ -268,5 +269,18 @@ end
 
 --- Blocks until a release wakes us or ms pass (see redlock.notify).
 _M.wait = notify.wait
+
+-- The forms made from redlock.ops's entries that give their script's
+-- arguments (`args`) and have no form written above.
+for name, op in pairs(lock_ops.list) do
+    if op.args and not _M[name] then
+        local script, args, flag = op.script, op.args, lock_ops.flag
+        _M[name] = function(server, ...)
+            local r, err, code = server:eval(script, args(server, ...))
+            if r == nil then return nil, err, code end
+            return flag(server, r)
+        end
+    end
+end
 
 return _M
