@@ -61,6 +61,40 @@ describe("a lock operation added to the registry", function()
         client:close()
     end)
 
+    it("runs over Redlock by a majority, from its entry alone", function()
+        helper.needs("set_px")
+        local others = { helper.start_server(), helper.start_server() }
+        local urls = { server:url(), others[1]:url(), others[2]:url() }
+        local client = redlock.new { servers = urls }
+        assert.equal("quorum", client.strategy.name)
+        local key = helper.key("touch")
+        local lock = assert(client:acquire(key, { ttl = 1000 }))
+        assert.is_true((client.strategy.touch(client, key, lock.token, 60000)))
+        for _, s in ipairs { server, others[1], others[2] } do
+            local data = require("redlock.core").conn(s:spec())
+            assert.is_true(helper.pttl(data, key) > 1000)
+            data:close()
+        end
+        -- another token's: false, no server holds it for that token
+        assert.is_false((client.strategy.touch(client, key, redlock.token(), 60000)))
+        -- one server gone: a majority still answers
+        others[2]:stop()
+        assert.is_true((client.strategy.touch(client, key, lock.token, 60000)))
+        -- two gone: no quorum, the servers named
+        others[1]:stop()
+        local ok, err, code = client.strategy.touch(client, key, lock.token, 60000)
+        assert.is_nil(ok)
+        assert.equal("no quorum", code)
+        assert.truthy(err:find("touching a lock on 1 of 3 servers", 1, true))
+        assert.truthy(err:find(client.servers[2].name, 1, true))
+        -- (no quorum for the release either; the server still up is cleared)
+        lock:release()
+        local data = require("redlock.core").conn(server:spec())
+        assert.equal(0, data:command("EXISTS", key))
+        data:close()
+        client:close()
+    end)
+
     it("settles mode \"auto\" first, as the lock's own operations do", function()
         helper.needs("set_px") -- (before: legacy mode, the last test's error)
         local client = redlock.new { servers = { server:url() } }

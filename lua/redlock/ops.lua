@@ -25,11 +25,14 @@
 --   quorum_args(key, token, ttl_s, unfenced, fence key) -> nkeys, keys...,
 --             args... (what the fan-out sends; absent: the operation does
 --             not go over Redlock)
---   args      (server, key, token, ...) -> nkeys, keys..., args...: the
+--   args      (where, key, token, ...) -> nkeys, keys..., args...: the
 --             script-mode form is made from the entry (redlock.scripted
 --             sends the script with these, and reads a 1 | 0 answer as
---             true | false); absent: redlock.scripted has a hand-written
---             form (an answer that says more: a fence, a hand-off)
+--             true | false), and with single = "flag" its Redlock policy
+--             (redlock.quorum: a majority of 1); where: the server, or the
+--             Redlock client (both have slot_fences); absent: the forms
+--             are written in redlock.scripted and redlock.quorum (an
+--             answer that says more: a fence, a hand-off, a validity)
 -- The forms themselves are redlock.scripted's (script mode: made from
 -- `args`, or written there) and redlock.legacy's (without scripts:
 -- WATCH/EXEC, where it has one).

@@ -28,7 +28,8 @@ local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
 local concat, sort = table.concat, table.sort
-local ipairs, type, setmetatable = ipairs, type, setmetatable
+local ipairs, pairs, type, setmetatable, select = ipairs, pairs, type, setmetatable, select
+local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = { name = "quorum" }
 
@@ -503,6 +504,28 @@ function _M.of(op)
         release = function(client, key, token) return release(op, client, key, token) end,
         extend = function(client, key, token, ttl, rep) return extend(op, client, key, token, ttl, rep) end,
     }
+end
+
+-- The operations of redlock.ops made from their entry (`args`, a 1 | 0
+-- answer) that have no policy above: their script sent to every server in
+-- reach at once (a server outside the fan-out runs the Server method);
+-- true on a majority of 1, false when so many say 0 that no majority can
+-- hold, else no quorum: release's and extend's reading (without extend's
+-- validity, which is extend's own).
+for name, op in pairs(lock_ops.list) do
+    if op.args and op.single == "flag" and not _M[name] then
+        local script, args, what = op.script, op.args, op.what
+        _M[name] = function(client, key, token, ...)
+            local rest = { n = select("#", ...), ... }
+            local live, skipped = up(client, now())
+            local function seq(server) return server[name](server, key, token, unpack(rest, 1, rest.n)) end
+            local st, v, codes, flags = ask(client, live, _M.server_timeout(client, client.opts.ttl), script,
+                flag_reply, seq, nil, args(client, key, token, ...))
+            local t = now()
+            mark_down(client, live, st, codes, t)
+            return outcome(client, live, skipped, st, v, codes, flags, what, t)
+        end
+    end
 end
 
 return _M
