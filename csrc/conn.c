@@ -121,6 +121,16 @@ int redlock_conn_exchange(redlock_conn *u, redlock_cmd *cmd, const redlock_wait 
             snprintf(u->err, ERRLEN, "%s", a.err);
             return E_CONNECTION;
         }
+        if (cmd->source == NULL) {
+            /* a plain command is not sent on by itself: it may be one of a
+             * MULTI..EXEC (legacy mode), which the new master knows nothing
+             * of, so it would run there unguarded. Reported as a stale
+             * connection: a caller that may send it again does (the first
+             * command of a sequence, a single command: util.once_more) */
+            snprintf(u->err, ERRLEN, "%s", a.err);
+            *stale = 1;
+            return E_CONNECTION;
+        }
     }
 }
 

@@ -37,6 +37,8 @@ typedef struct redlock_conn {
     unsigned gen; /* the fork generation (token.h) ctx was made in */
     unsigned long connects; /* connections made so far (redlock.detect re-checks on a new one;
                                conn:grant tells it) */
+    int kept; /* the command in flight goes only on the connection open now, never a new one
+                 (conn:command_kept, the renewal's legacy steps: a WATCH..EXEC's) */
     redlock_tls *tls;               /* NULL: plaintext */
     struct ssl_ctx_st *sslctx;      /* made at the first handshake */
     struct ssl_st *ssl;             /* the session on ctx's socket, if TLS */
@@ -84,7 +86,8 @@ int redlock_conn_round_trip(redlock_conn *c, int argc, const char **argv, const 
                             redisReply **out, int *stale);
 /* One command (and WAIT w after it in the same write, unless NULL) as the
  * topology core says (csrc/topo.h): NOSCRIPT answered with EVAL, a Sentinel
- * master turned replica left for the new one, a Cluster's redirections
+ * master turned replica left for the new one (a script; a plain command,
+ * which may be one of a MULTI..EXEC, fails as stale), a Cluster's redirections
  * followed. *r1: the command's reply, *r2: WAIT's (error replies included;
  * the caller frees both). On failure (not 0) *r1 may still be set: the
  * command answered and WAIT's reply did not come. *stale: as conn:command's. */

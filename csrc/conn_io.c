@@ -309,6 +309,14 @@ static int trip_one(conn_ud *u, int argc, const char **argv, const size_t *argvl
     *out = NULL;
     *stale = 0;
     redlock_conn_before_use(u);
+    if (u->kept && u->ctx == NULL) {
+        /* (lost, or the Sentinel check moved the conn): a new connection
+         * knows nothing of the sequence's WATCH and MULTI */
+        snprintf(u->err, ERRLEN,
+                 "connection: %s: the connection of this WATCH..EXEC was lost (not sent on a new one)",
+                 u->name);
+        return E_CONNECTION;
+    }
     reused = u->ctx != NULL;
     if (u->ctx == NULL) {
         int rc = redlock_conn_connect(u);

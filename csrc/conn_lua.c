@@ -15,8 +15,9 @@
  * A conn made with sentinels = {...} and master_name finds its server
  * through Redis Sentinel (csrc/sentinel.c) on every connect, checks now and
  * then that it has not moved, and follows a master turned replica (the
- * topology core's verdict: nothing was written, the command goes to the new
- * master). */
+ * topology core's verdict: nothing was written; a script goes to the new
+ * master, a plain command fails as stale: its caller knows whether it may
+ * be sent again, legacy mode's MULTI..EXEC steps may not). */
 #define _GNU_SOURCE
 #include "conn_int.h"
 
@@ -76,8 +77,8 @@ static int push_outcome(lua_State *L, conn_ud *u, int rc, int stale, redisReply 
     return redlock_push_reply_free(L, r, spread);
 }
 
-/* conn:command(arg, ...) */
-static int conn_command(lua_State *L) {
+/* conn:command(arg, ...); kept: conn:command_kept's */
+static int command(lua_State *L, int kept) {
     conn_ud *u = check_conn(L);
     int argc = redlock_check_argv(L, 2, lua_gettop(L)), rc, stale;
     redlock_argv a;
@@ -86,10 +87,23 @@ static int conn_command(lua_State *L) {
         return push_closed(L);
     if (redlock_argv_init(L, 2, argc, 0, &a) != 0)
         return luaL_error(L, "out of memory");
+    u->kept = kept; /* (nothing raises until it is reset) */
     rc = redlock_conn_round_trip(u, argc, a.v, a.len, &r, &stale);
+    u->kept = 0;
+    if (kept)
+        stale = 0; /* (a step of a sequence is never sent again) */
     redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r, 0);
 }
+
+static int conn_command(lua_State *L) { return command(L, 0); }
+
+/* conn:command_kept(arg, ...): as conn:command, but only on the connection
+ * open now; with none (the last one was lost, or the Sentinel check moves
+ * the conn to a new master) it fails without sending, never stale. Legacy
+ * mode's steps after WATCH: a new connection knows nothing of the WATCH and
+ * MULTI, and the command would run there unguarded. */
+static int conn_command_kept(lua_State *L) { return command(L, 1); }
 
 /* EVALSHA of script s with nkeys and the argc keys and args from stack
  * slot first, into *cmd (its EVAL form for NOSCRIPT: redlock_cmd_use_eval);
@@ -109,9 +123,11 @@ static int script_cmd(lua_State *L, int first, int argc, const redlock_script *s
     return 0;
 }
 
-/* A script's exchange, sent once more when it failed on a connection the
- * server had dropped while idle: nothing ran there, and a script is whole,
- * so the resend is always safe (topo.c's rule, redlock_stale_verdict). A
+/* A script's exchange, sent once more when it failed on a connection made
+ * before the call that the server had dropped (not a timeout): topo.c's
+ * rule, redlock_stale_verdict. Every lock script may run twice (acquire
+ * finds its own token, extend sets the same expiry, a second release
+ * answers 0: "not ours", the safe way), and one that did not run is run. A
  * plain command is left to its caller (conn:command reports stale): it may
  * be one of a WATCH..EXEC sequence, which a new connection has forgotten.
  * *stale is 0 on return: no caller sends a script again. */
@@ -363,7 +379,7 @@ static int conn_grant(lua_State *L) {
  * replicas replica_timeout) sent in the same write. Returns
  *   acked, fsynced, values...      both answered (fsynced: WAITAOF's local
  *                                  count, -1 for WAIT); values as eval_values
- *   nil, msg, code, stale          the script did not answer, or answered
+ *   nil, msg, code, false          the script did not answer, or answered
  *                                  with an error
  *   false, msg, values...          the script answered (values) but WAIT
  *                                  did not: msg starts with the code word,
@@ -524,6 +540,7 @@ void redlock_conn_open(lua_State *L) {
         {"eval_wait", conn_eval_wait},
         {"grant", conn_grant},
         {"connects", conn_connects},
+        {"command_kept", conn_command_kept},
         {"close", conn_close},
         {"connected", conn_connected},
         {"name", conn_name},

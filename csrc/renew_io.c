@@ -162,11 +162,15 @@ static int extend_on(renewer *r, int i, const entry *e, const char *ttl, char *e
 }
 
 /* One command on server i's connection: 0 and *rep, or -1 (err says why;
- * the connection is dropped, WATCH and MULTI state with it). */
-static int command_on(renewer *r, int i, int argc, const char **argv, const size_t *len,
+ * the connection is dropped, WATCH and MULTI state with it). kept: a step
+ * after WATCH, only on the connection open now (conn.h's kept). */
+static int command_on(renewer *r, int i, int kept, int argc, const char **argv, const size_t *len,
                       redisReply **rep, char *err) {
     redlock_conn *c = r->conns[i];
-    int stale = 0, rc = redlock_conn_round_trip(c, argc, argv, len, rep, &stale);
+    int stale = 0, rc;
+    c->kept = kept;
+    rc = redlock_conn_round_trip(c, argc, argv, len, rep, &stale);
+    c->kept = 0;
     if (conn_fd(c) < 0)
         untrack(r, i);
     if (rc != 0) {
@@ -184,7 +188,7 @@ static void command_quiet(renewer *r, int i, const char *name) {
     char err[ERRLEN];
     argv[0] = name;
     len[0] = strlen(name);
-    if (command_on(r, i, 1, argv, len, &rep, err) == 0)
+    if (command_on(r, i, 0, 1, argv, len, &rep, err) == 0)
         freeReplyObject(rep);
 }
 
@@ -243,12 +247,12 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     len[0] = 5;
     argv[1] = e->key;
     len[1] = e->keylen;
-    if (command_on(r, i, 2, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 0, 2, argv, len, &rep, err) != 0)
         return -1;
     freeReplyObject(rep);
     argv[0] = "GET";
     len[0] = 3;
-    if (command_on(r, i, 2, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 1, 2, argv, len, &rep, err) != 0)
         return -1;
     ours = legacy_ours(rep, e, redlock_wall_ms());
     freeReplyObject(rep);
@@ -259,14 +263,14 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     snprintf(value, sizeof value, "%.0f:%.*s", floor(redlock_wall_ms()) + ext, (int)e->toklen, e->token);
     argv[0] = "MULTI";
     len[0] = 5;
-    if (command_on(r, i, 1, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 1, 1, argv, len, &rep, err) != 0)
         return -1;
     freeReplyObject(rep);
     argv[0] = "SET";
     len[0] = 3;
     argv[2] = value;
     len[2] = strlen(value);
-    if (command_on(r, i, 3, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 1, 3, argv, len, &rep, err) != 0)
         return -1;
     note_queued(rep, queued);
     freeReplyObject(rep);
@@ -281,13 +285,13 @@ static int legacy_extend_on(renewer *r, int i, const entry *e, double ext, const
     }
     len[0] = strlen(argv[0]);
     len[2] = strlen(argv[2]);
-    if (command_on(r, i, 3, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 1, 3, argv, len, &rep, err) != 0)
         return -1;
     note_queued(rep, queued);
     freeReplyObject(rep);
     argv[0] = "EXEC";
     len[0] = 4;
-    if (command_on(r, i, 1, argv, len, &rep, err) != 0)
+    if (command_on(r, i, 1, 1, argv, len, &rep, err) != 0)
         return -1;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
         v = 1;

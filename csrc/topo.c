@@ -123,7 +123,9 @@ int redlock_server_reply(redlock_attempt *a, const char *name, int evalsha, int 
     }
     if (sentinel && redlock_reply_demoted(err, len)) {
         /* refused by a master turned replica: nothing was written; the
-         * sentinels are asked again and the command goes to the new one */
+         * sentinels are asked again and a script goes to the new one (a
+         * plain command goes back to its caller as a stale connection: it
+         * may be one of a MULTI..EXEC, see redlock_conn_exchange) */
         snprintf(a->err, ERRLEN, "connection: %s: the master became a replica (%.*s)", name,
                  (int)(len > 80 ? 80 : len), err);
         a->code = 1;

@@ -408,3 +408,58 @@ describe("Sentinel over TLS", function()
         master:stop()
     end)
 end)
+
+-- Legacy mode's WATCH..MULTI..EXEC over a master that Sentinel demotes in
+-- the middle: a write refused with READONLY is not sent on by itself to
+-- the new master, where it would run outside the transaction (the other
+-- holder's lock deleted). It fails, and the new master keeps what it has.
+describe("Sentinel, legacy mode", function()
+    local skip = helper.lua54_only()
+    it("never sends a transaction's write alone to the new master after a failover"
+        .. (skip and " (" .. skip .. ")" or ""), function()
+        if skip then return end
+        helper.needs("set_px")
+        local master = helper.start_server()
+        local replica = helper.start_replica(master)
+        local sentinel = helper.start_sentinel({ legacy = master }, { quorum = 1 })
+        assert(helper.eventually(15000, function()
+            return sentinel:cli("SENTINEL", "master", "legacy"):find("num%-slaves\n1") ~= nil
+        end), "the sentinel did not discover the replica")
+        local c = redlock.new({ servers = "redis+sentinel://127.0.0.1:" .. sentinel.port .. "/legacy",
+            mode = "legacy" })
+        local key = helper.key("legacy-failover")
+        local lock = assert(c:acquire(key, { ttl = 60000 }))
+        assert(helper.eventually(5000, function() return replica:cli("EXISTS", key) == "1" end))
+        -- the failover comes right after the release's MULTI, and another
+        -- holder has the key on the new master by then
+        local server = c.servers[1]
+        local real = server.conn
+        server.conn = setmetatable({}, { __index = function(_, name)
+            return function(_, ...)
+                local r, err, code, stale = real[name](real, ...)
+                if (name == "command" or name == "command_kept") and (...) == "MULTI" then
+                    -- (NOGOODSLAVE until the sentinel has looked at the replica)
+                    assert(helper.eventually(20000, function()
+                        return sentinel:cli("SENTINEL", "FAILOVER", "legacy"):match("^OK") ~= nil
+                    end), "the sentinel refused the failover")
+                    assert(helper.eventually(20000, function()
+                        return master:cli("ROLE"):match("^slave") ~= nil
+                            and sentinel:master_addr("legacy") == "127.0.0.1:" .. replica.port
+                    end), "the failover did not happen")
+                    replica:cli("SET", key, "other-holder")
+                end
+                return r, err, code, stale
+            end
+        end })
+        local ok, err, code = lock:release()
+        server.conn = real
+        -- (the write goes nowhere: the connection of the WATCH is gone)
+        assert.is_nil(ok)
+        assert.equal("connection", code, err)
+        assert.equal("other-holder", replica:cli("GET", key))
+        c:close()
+        sentinel:stop()
+        replica:stop()
+        master:stop()
+    end)
+end)

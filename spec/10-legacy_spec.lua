@@ -39,6 +39,11 @@ local function intercept(client, hook)
             hook(...)
             return real:command(...)
         end,
+        -- (a step after WATCH: only on the connection open now)
+        command_kept = function(_, ...)
+            hook(...)
+            return real:command_kept(...)
+        end,
         eval = function(_, ...)
             hook("EVALSHA", ...)
             return real:eval(...)

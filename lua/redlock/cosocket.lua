@@ -120,6 +120,14 @@ local Conn = {}
 Conn.__index = Conn
 
 function Conn:command(...) return command(self.server, ...) end
+-- core.conn's command_kept (legacy mode's steps after WATCH): over a
+-- cosocket a WATCH..EXEC keeps its connection pinned, and a lost one is
+-- never replaced by a new one (redlock.ngx_conn's attempt)
+function Conn:command_kept(...)
+    local server = self.server
+    if not server.closed and not yieldable() then return fallback(server).conn:command_kept(...) end
+    return command(server, ...)
+end
 
 -- (a script is sent once more on a stale connection, as core.conn's are)
 function Conn:eval(name, nkeys, ...)

@@ -140,10 +140,12 @@ end
 local unexpected = util.unexpected
 
 -- Commands after the first of a sequence never go through Server:call's
--- retry on a fresh connection: the server forgets WATCH and MULTI with the
--- old one, and an unguarded write is what this module must never send.
+-- retry on a fresh connection, nor to a new one at all (conn:command_kept:
+-- a lost connection, a Sentinel switch): the server forgets WATCH and
+-- MULTI with the old one, and an unguarded write is what this module must
+-- never send.
 local function cmd(server, ...)
-    local r, err, code = server.conn:command(...)
+    local r, err, code = server.conn:command_kept(...)
     return r, err, code
 end
 
@@ -204,19 +206,19 @@ end
 -- that failure is in EXEC's answer (the commands before it ran).
 local function transact(server, cmds)
     local conn = server.conn
-    local r, err, code = conn:command("MULTI")
+    local r, err, code = conn:command_kept("MULTI")
     if r == nil then
         unwatch(server)
         return nil, err, code, "MULTI"
     end
     for i = 1, #cmds do
-        r, err, code = conn:command(unpack(cmds[i]))
+        r, err, code = conn:command_kept(unpack(cmds[i]))
         if r == nil then
             if conn:connected() then conn:command("DISCARD") end
             return nil, err, code, cmds[i][1]
         end
     end
-    r, err, code = conn:command("EXEC")
+    r, err, code = conn:command_kept("EXEC")
     if r == nil then
         if conn:connected() then conn:command("DISCARD") end
         return nil, err, code, "EXEC"

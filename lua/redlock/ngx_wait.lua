@@ -106,14 +106,47 @@ end
 -- connection), through the waiter's own server (the subscriber's, that of
 -- the worker's first waiter, may belong to another client), even if the
 -- request's cleanup closed its client (Server:owing).
+-- A waiter taken for gone may still resume (woken, then the worker stalled
+-- past a tick before it ran): see reclaim. e.giving_back: "pending" (the
+-- timer not started: the waiter may call it off, "reclaimed"), "giving"
+-- (under way: the waiter waits for its end, as its next attempt would
+-- otherwise find its own token and take the lock that the give-back then
+-- releases), "given".
+local function give_back_of(server, key, token, give_back)
+    local scripted = require "redlock.scripted"
+    if scripted.give_up(server, key, token, nil, true) then
+        (give_back or scripted.release)(server, key, token)
+    end
+end
+
 local function abandon(e, token)
     local server, key, give_back = e.server:owing(), e.key, e.give_back
+    e.giving_back = "pending"
     ngx.timer.at(0, function()
-        local scripted = require "redlock.scripted"
-        if scripted.give_up(server, key, token, nil, true) then
-            (give_back or scripted.release)(server, key, token)
-        end
+        if e.giving_back ~= "pending" then return end
+        e.giving_back = "giving"
+        local ok, err = pcall(give_back_of, server, key, token, give_back)
+        e.giving_back = "given"
+        if e.given then e.given:post(1) end
+        if not ok then ngx.log(ngx.ERR, "redlock: giving back a lock of a request that ended: ", err) end
     end)
+end
+
+-- A waiter that resumed after abandon took it for gone: true when the
+-- hand-off is its own again (the give-back called off), false when the
+-- give-back ran (the lock went on; this waiter tries again). One under
+-- way is waited for: its round trips are bounded by the server's timeouts,
+-- and it ends "given" even when it raises (abandon's pcall).
+local function reclaim(e)
+    if e.giving_back == "pending" then
+        e.giving_back = "reclaimed"
+        return true
+    end
+    while e.giving_back == "giving" do
+        e.given = e.given or require("ngx.semaphore").new()
+        e.given:wait(1)
+    end
+    return false
 end
 
 local function rotate(sub, t)
@@ -288,6 +321,8 @@ local function wait_handed(server, sub, key, ms, since, token, give_back)
     e.sema:wait(ms / 1000)
     e.blocked, e.touched = false, now()
     element = e.element
+    -- (taken for gone as it resumed late: its hand-off only if called back)
+    if e.giving_back and not reclaim(e) then return true end
     if element then
         sub.tokens[token] = nil
         return "handed", handed(server, element, refused_at)

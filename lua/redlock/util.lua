@@ -111,9 +111,10 @@ function _M.unexpected(server, what, r)
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
 end
 
---- f(...), sent once more when it failed on a connection that the server
--- had dropped while it was idle (idle timeout, restart, CLIENT KILL):
--- nothing ran there, so this is no failure of the call. The one Lua place
+--- f(...), sent once more when it failed on a connection made before the
+-- call that the server had dropped (idle timeout, restart, CLIENT KILL; not
+-- a timeout), or that a Sentinel master turned replica refused: the call
+-- goes again, on a new connection. The one Lua place
 -- of that rule (the C core's is csrc/topo.c's redlock_stale_verdict, which
 -- conn:eval, eval_values and eval_wait follow themselves): for commands
 -- (Server:call, a waiter's BLPOP) and the cosocket transport's scripts. A

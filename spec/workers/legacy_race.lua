@@ -21,6 +21,11 @@ do
             if name == "GETSET" then getsets = getsets + 1 end
             return real:command(name, ...)
         end,
+        -- (legacy mode's steps after the first: only on the connection open now)
+        command_kept = function(_, name, ...)
+            if name == "GETSET" then getsets = getsets + 1 end
+            return real:command_kept(name, ...)
+        end,
     }, { __index = function(_, k) return function(_, ...) return real[k](real, ...) end end })
 end
 
