@@ -26,7 +26,7 @@ SCRIPTS     := $(wildcard scripts/*.lua scripts/parts/*.lua)
 
 .PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas \
-	bench-sentinel \
+	bench-sentinel bench-bins \
 	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
 all: build
 build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
@@ -152,7 +152,7 @@ BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-nginx-uncontended
 
 $(FLOOR): bench/floor.c $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
 
 bench-deps: deps
 	@PACKAGES="gnuplot-nox" sh tools/deps.sh
@@ -283,6 +283,11 @@ $(BENCH_BIN)/tls_floor: bench/tls_floor.c $(GEN_H) Makefile
 $(BENCH_BIN)/delay_proxy: bench/delay_proxy.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+# Every benchmark program, built (make lint does, so a change in csrc/ that
+# breaks a floor is found without running a benchmark).
+bench-bins: $(FLOOR) $(BENCH_BIN)/redlock_floor $(BENCH_BIN)/contended_floor $(BENCH_BIN)/tls_floor \
+	$(BENCH_BIN)/delay_proxy
 
 clean:
 	rm -rf $(BUILD) doc/html

@@ -62,6 +62,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "scripts.h"     /* the grant's fence command */
 #include "scripts_gen.h"
 
 /* The release of the SET command's documentation (redis.io, "Patterns"),

@@ -32,8 +32,8 @@ local shared = require "redlock.shared"
 
 local now, new_token = core.now, core.token
 local show_key, jitter = util.show_key, util.jitter
-local ms_string, companion_key, fence_counter = util.ms_string, util.companion_key, util.fence_counter
-local WAITERS, grant = scripted.WAITERS, scripted.grant
+local ms_string, fence_counter = util.ms_string, util.fence_counter
+local grant = scripted.grant
 local setmetatable, type, error, pcall, ipairs, pairs = setmetatable, type, error, pcall, ipairs, pairs
 local format, floor, ceil, find = string.format, math.floor, math.ceil, string.find
 local max, min = math.max, math.min
@@ -889,22 +889,11 @@ function release(self, dispatched)
     local server, key = client.one, self.key
     -- (a mode "auto" server that took this lock in legacy mode releases it
     -- the legacy way, see redlock.detect.ops_for)
-    if server and server.ops == scripted and server.woke_key ~= key and not self.strategy
+    if server and server.ops == scripted and not self.strategy
         and (not server.legacy_held or ops_for(server, self.token) == scripted) then
-        -- one server in script mode: the two-key release of
-        -- redlock.scripted sent from here, as the first attempt is
-        local conn, wkey = server.conn, companion_key(key, WAITERS)
-        local r, err, c, stale = conn:eval("release", 2, key, wkey, self.token)
-        if r == nil and stale then r, err, c = conn:eval("release", 2, key, wkey, self.token) end
-        if r == 1 then
-            ok = true
-        elseif r == 2 then -- waiters: the five-key form wakes them
-            ok, where, code = single.released(server, scripted.release_waking(server, key, self.token))
-        elseif r == nil then
-            ok, where, code = single.released(server, nil, err, c)
-        else -- 0: the key is gone or holds another token
-            ok, where = single.released(server, false)
-        end
+        -- one server in script mode: redlock.scripted's release called from
+        -- here, as the first attempt is (the strategy's layers add nothing)
+        ok, where, code = single.released(server, scripted.release(server, key, self.token))
     else
         ok, where, code = (self.strategy or client.strategy).release(client, key, self.token)
     end

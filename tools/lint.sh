@@ -32,6 +32,8 @@ check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 -I$GEN 
     grep -E '(warning|error):' && exit 1 || exit 0"
 # the C files call each other one way only (docs/development.md, Layout)
 check "no call cycle among csrc/ files" sh tools/callgraph.sh
+# the benchmarks' C programs still build against the core's headers
+check "bench programs build" make --no-print-directory -s bench-bins
 # the reference `make docs` builds: a doc comment that no longer matches
 # its function is an error
 check ldoc sh -c 'd=$(mktemp -d) && ldoc --fatalwarnings -d "$d" . >/dev/null; rc=$?; rm -rf "$d"; exit $rc'

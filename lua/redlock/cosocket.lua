@@ -17,12 +17,14 @@ local ngx_sentinel = require "redlock.ngx_sentinel"
 local ngx_cluster = require "redlock.ngx_cluster"
 local ngx_conn = require "redlock.ngx_conn"
 local hold = require "redlock.hold"
+local util = require "redlock.util"
 
 local ngx = rawget(_G, "ngx") -- nil outside nginx
 local encode, new_reader, scripts, core_sleep = core.encode, core.reader, core.scripts, core.sleep
 local core_fanout_eval, core_fanout_eval_wait = core.fanout_eval, core.fanout_eval_wait
 local now, grant_fence, grant_fence_command = core.now, core.grant_fence, core.grant_fence_command
 local DEFAULTS = core.defaults -- csrc/defaults.h
+local once_more = util.once_more
 local setmetatable, select, type, error, tostring, pcall =
     setmetatable, select, type, error, tostring, pcall
 local format = string.format
@@ -359,16 +361,14 @@ function Server:renewal_conn() return self.fallback.conn end
 -- the server closed is not a failure of this call: it sends once more on a
 -- new connection.
 function Server:call(...)
-    local r, err, code, stale = command(self, ...)
-    if r == nil and stale then r, err, code = command(self, ...) end
+    local r, err, code = once_more(command, self, ...)
     return r, err, code
 end
 
 --- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
 function Server:eval(name, nkeys, ...)
     local script = check_script(name, nkeys, select("#", ...))
-    local r, err, code, stale = eval(self, script, name, nkeys, ...)
-    if r == nil and stale then r, err, code = eval(self, script, name, nkeys, ...) end
+    local r, err, code = once_more(eval, self, script, name, nkeys, ...)
     return r, err, code
 end
 
@@ -385,9 +385,7 @@ end
 -- on a new connection when the pooled one was stale (as csrc/fanout.c).
 local function fan_one(server, tmo, w, script, nkeys, ...)
     if server.closed then return closed() end
-    local v, err, code, stale, timed_out = fan_try(server, tmo, w, script, nkeys, ...)
-    if v == nil and stale then return fan_try(server, tmo, w, script, nkeys, ...) end
-    return v, err, code, stale, timed_out
+    return once_more(fan_try, server, tmo, w, script, nkeys, ...)
 end
 
 -- The light threads of a fan-out (see fanout_eval); w: WAIT with the

@@ -189,17 +189,13 @@ local function take(server, step, token, ttl_s, unfenced, rep)
     args[nkeys + 1], args[nkeys + 2] = token, ttl_s
     if rep then
         local conn = server.conn
-        local res = { conn:eval_wait("group_acquire", rep.replicas, rep.replica_timeout, rep.aof, nkeys,
-            unpack(args, 1, args.n)) }
-        if res[1] == nil and res[4] then -- a connection the server had dropped: once more
-            res = { conn:eval_wait("group_acquire", rep.replicas, rep.replica_timeout, rep.aof, nkeys,
-                unpack(args, 1, args.n)) }
-        end
-        if res[1] == nil then return nil, res[2], res[3] end
+        local acked, fsynced, a, b, c, d = util.once_more(conn.eval_wait, conn, "group_acquire", rep.replicas,
+            rep.replica_timeout, rep.aof, nkeys, unpack(args, 1, args.n))
+        if acked == nil then return nil, fsynced, a end
         -- (an answer of 1 to 4 integers comes as values, a longer one, a
         -- group of 4 keys or more, as one table: see conn:eval_wait)
-        if type(res[3]) == "table" then return res[1], res[2], res[3] end
-        return res[1], res[2], { select(3, unpack(res)) }
+        if type(a) == "table" then return acked, fsynced, a end
+        return acked, fsynced, { a, b, c, d }
     end
     local r, err, code = server:eval("group_acquire", nkeys, unpack(args, 1, args.n))
     if r == nil then return nil, err, code end

@@ -38,6 +38,7 @@ local options = require "redlock.options"
 local util = require "redlock.util"
 
 local companion_key, now, topo_reply = util.companion_key, core.now, core.topo_reply
+local once_more = util.once_more
 local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
 local ceil, floor = math.ceil, math.floor
 local running = coroutine.running
@@ -197,11 +198,10 @@ function _M.wait(server, key, ms, token, final)
     local secs = timeout(server, final and ms + TICK_MS or ms)
     if not secs then return nil end
     conn:set_timeout(final and ms or ms + server.waiter_timeout)
-    local r, err, code, stale = blpop(conn, key, token, secs)
+    local r, err, code, stale = once_more(blpop, conn, key, token, secs)
     if r == nil and final and code == "connection" and find(err, "timed out", 1, true) then return true end
     -- the sentinels announced a failover: try again at once, on the new master
     if r == nil and stale == "moved" then return true end
-    if r == nil and stale then r, err, code = blpop(conn, key, token, secs) end
     if r == nil then
         if code == "server" then
             if woken(err) then return true end

@@ -20,17 +20,13 @@ _M.WAITERS = WAITERS
 local fence_key = util.fence_counter
 _M.fence_key = fence_key
 
-local unexpected, eval_values = util.unexpected, util.eval_values
+local unexpected, eval_values, once_more = util.unexpected, util.eval_values, util.once_more
 
 -- conn:eval_wait (the script and WAIT in one write), sent once more on a
 -- connection the server had dropped. Returns acked, fsynced, values... |
 -- false, message, values... (WAIT failed) | nil, message, code.
 local function eval_wait(conn, rep, name, nkeys, ...)
-    local a, b, c, d, e = conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
-    if a == nil and d then -- stale
-        return conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
-    end
-    return a, b, c, d, e
+    return once_more(conn.eval_wait, conn, name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
 end
 
 -- What an acknowledged write (the script's answer `r` is 1 when it wrote)
@@ -218,9 +214,7 @@ function _M.release(server, key, token)
     -- straight to the five-key form: under contention the extra round trip
     -- would lengthen every hold.
     if server.woke_key ~= key then
-        local conn, wkey = server.conn, companion_key(key, WAITERS)
-        local r, err, code, stale = conn:eval("release", 2, key, wkey, token)
-        if r == nil and stale then r, err, code = conn:eval("release", 2, key, wkey, token) end
+        local r, err, code = server:eval("release", 2, key, companion_key(key, WAITERS), token)
         if r ~= 2 then
             if r == nil then return nil, err, code end
             return r == 1

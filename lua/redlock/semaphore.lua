@@ -98,12 +98,8 @@ end
 -- taken but not acknowledged is given back (fail closed).
 local function acquire_acked(server, kind, key, token, rep, nkeys, ...)
     local conn, name = server.conn, kind.scripts[1]
-    local acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
-        rep.aof, nkeys, ...)
-    if acked == nil and v then -- a connection the server had dropped: once more
-        acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout,
-            rep.aof, nkeys, ...)
-    end
+    local acked, fsynced, taken, v, at = util.once_more(conn.eval_wait, conn, name, rep.replicas,
+        rep.replica_timeout, rep.aof, nkeys, ...)
     if acked == nil then return nil, fsynced, taken end
     local wrote = taken == 1 and v ~= nil
     if acked ~= false and not wrote then

@@ -6,9 +6,10 @@ local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
 local options = require "redlock.options"
 local scripted = require "redlock.scripted"
+local util = require "redlock.util"
 
 local setmetatable, type, gsub = setmetatable, type, string.gsub
-local ops_for = detect.ops_for
+local ops_for, once_more = detect.ops_for, util.once_more
 
 -- The operations per opts.mode; auto's replace themselves on first use.
 local OPS = { script = scripted, legacy = legacy, auto = detect }
@@ -66,16 +67,15 @@ end
 -- not a failure of this call: it reconnects and sends once more.
 function Server:call(...)
     local conn = self.conn
-    local r, err, code, stale = conn:command(...)
-    if r == nil and stale then r, err, code = conn:command(...) end
+    local r, err, code = once_more(conn.command, conn, ...)
     return r, err, code
 end
 
---- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT).
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT), sent once
+-- more on a stale connection as Server:call.
 function Server:eval(name, nkeys, ...)
     local conn = self.conn
-    local r, err, code, stale = conn:eval(name, nkeys, ...)
-    if r == nil and stale then r, err, code = conn:eval(name, nkeys, ...) end
+    local r, err, code = once_more(conn.eval, conn, name, nkeys, ...)
     return r, err, code
 end
 

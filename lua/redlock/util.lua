@@ -111,11 +111,26 @@ function _M.unexpected(server, what, r)
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
 end
 
---- conn:eval_values, sent once more on a connection the server had dropped
--- while idle (stale: nothing was run), as Server:eval does.
+--- f(...), sent once more when it failed on a connection that the server
+-- had dropped while it was idle (idle timeout, restart, CLIENT KILL):
+-- nothing ran there, so this is no failure of the call. The one place of
+-- that rule for every connection's calls (hiredis, cosockets, a part of a
+-- fan-out; csrc/fanout.c carries it out for the C fan-out). A failure is
+-- nil, message, code, stale (true) and passes on as that; at most six
+-- results are passed on (eval_wait's acked, fsynced and four values), so no
+-- table is made per call. A "moved" stale (a Sentinel switch ended a
+-- BLPOP) is not sent again: the caller's next attempt goes to the new
+-- master. Never used inside a WATCH..EXEC sequence (redlock.legacy): a
+-- new connection has forgotten the WATCH.
+function _M.once_more(f, ...)
+    local a, b, c, d, e, g = f(...)
+    if a == nil and d == true then return f(...) end
+    return a, b, c, d, e, g
+end
+
+--- conn:eval_values, sent once more on a stale connection (once_more).
 function _M.eval_values(conn, ...)
-    local a, b, c, stale = conn:eval_values(...)
-    if a == nil and stale then return conn:eval_values(...) end
+    local a, b, c = _M.once_more(conn.eval_values, conn, ...)
     return a, b, c
 end
 
