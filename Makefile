@@ -150,7 +150,7 @@ FLOOR       := $(BUILD)/bench/floor
 BENCH_BIN   := $(BUILD)/bench
 BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas
 
-$(FLOOR): bench/floor.c $(GEN_H) Makefile
+$(FLOOR): bench/floor.c csrc/scripts.h $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
 

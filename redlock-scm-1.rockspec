@@ -59,6 +59,7 @@ build = {
          ["redlock.hold"] = "lua/redlock/hold.lua",
          ["redlock.legacy"] = "lua/redlock/legacy.lua",
          ["redlock.notify"] = "lua/redlock/notify.lua",
+         ["redlock.ops"] = "lua/redlock/ops.lua",
          ["redlock.options"] = "lua/redlock/options.lua",
          ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
          ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",

@@ -1,13 +1,16 @@
 /* The connection userdata (csrc/conn.c's connections, for Lua):
  *
  * conn:command(...)          -> reply | nil, msg, code, stale
- * conn:eval(name, nkeys, ...)-> reply | nil, msg, code, stale
+ * conn:eval(name, nkeys, ...)-> reply | nil, msg, code, false (a script is
+ *                               sent once more on a stale connection here)
  * (and eval_values, eval_wait, grant, close, connected, connects, name,
  * clone, set_timeout, timeout; conn{...} is conn_opts.c's)
  * Errors: code "connection" (could not connect, lost, timed out) or
- * "server" (Redis answered with an error). `stale` is true when the failure
- * came from a connection made before this call that the server had dropped
- * (not a timeout): the caller may retry once on a fresh connection.
+ * "server" (Redis answered with an error). `stale` (conn:command, conn:grant)
+ * is true when the failure came from a connection made before this call that
+ * the server had dropped (not a timeout): the caller may retry once on a
+ * fresh connection (redlock.util.once_more). The scripts (eval, eval_values,
+ * eval_wait) are sent once more here, and never report stale.
  * Messages start with the code word and name the server, never a password.
  * A conn made with sentinels = {...} and master_name finds its server
  * through Redis Sentinel (csrc/sentinel.c) on every connect, checks now and
@@ -106,6 +109,24 @@ static int script_cmd(lua_State *L, int first, int argc, const redlock_script *s
     return 0;
 }
 
+/* A script's exchange, sent once more when it failed on a connection the
+ * server had dropped while idle: nothing ran there, and a script is whole,
+ * so the resend is always safe (topo.c's rule, redlock_stale_verdict). A
+ * plain command is left to its caller (conn:command reports stale): it may
+ * be one of a WATCH..EXEC sequence, which a new connection has forgotten.
+ * *stale is 0 on return: no caller sends a script again. */
+static int script_exchange(conn_ud *u, redlock_cmd *cmd, const redlock_wait *w, redisReply **r1,
+                           redisReply **r2, int *stale) {
+    redlock_attempt a;
+    int rc;
+    redlock_attempt_start(&a, -1, 0, 0);
+    do {
+        rc = redlock_conn_exchange(u, cmd, w, r1, r2, stale);
+    } while (*r1 == NULL && *stale == 1 && redlock_stale_verdict(&a, 1, u->err) == REDLOCK_RESEND);
+    *stale = 0;
+    return rc;
+}
+
 /* conn:eval(name, numkeys, key..., arg...): EVALSHA of a named script from
  * scripts.h; on NOSCRIPT (script cache flushed, restart, failover) one EVAL
  * (csrc/topo.c's rule), which also loads it again for the next EVALSHA. spread: see
@@ -127,7 +148,7 @@ static int eval(lua_State *L, int spread) {
         return push_closed(L);
     if (script_cmd(L, 4, argc, s, nkeys, nkeys_s, &a, &cmd) != 0)
         return luaL_error(L, "out of memory");
-    rc = redlock_conn_exchange(u, &cmd, NULL, &r, &none, &stale);
+    rc = script_exchange(u, &cmd, NULL, &r, &none, &stale);
     redlock_argv_free(&a);
     return push_outcome(L, u, rc, stale, r, spread);
 }
@@ -375,7 +396,7 @@ static int conn_eval_wait(lua_State *L) {
     w.aof = aof;
     if (script_cmd(L, 7, argc, s, nkeys, nkeys_s, &a, &cmd) != 0)
         return luaL_error(L, "out of memory");
-    rc = redlock_conn_exchange(u, &cmd, &w, &r1, &r2, &stale);
+    rc = script_exchange(u, &cmd, &w, &r1, &r2, &stale);
     redlock_argv_free(&a);
     if (r1 == NULL)
         return push_failure(L, u, rc, stale);

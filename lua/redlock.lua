@@ -272,7 +272,7 @@ local function first_attempt(client, key, token, o, t0)
         return taken, v, at, nil, nil, since
     end
     local fkey = fence_counter(key, server.slot_fences)
-    taken, v, at = util.eval_values(server.conn, "acquire", 2, key, fkey, token, o.ttl_s)
+    taken, v, at = server.conn:eval_values("acquire", 2, key, fkey, token, o.ttl_s)
     if taken == 0 then
         server.refused, server.refused_until = key, t0 + REFUSED_MS
     elseif taken == 1 and server.refused == key then
@@ -893,7 +893,8 @@ function release(self, dispatched)
         and (not server.legacy_held or ops_for(server, self.token) == scripted) then
         -- one server in script mode: redlock.scripted's release called from
         -- here, as the first attempt is (the strategy's layers add nothing)
-        ok, where, code = single.released(server, scripted.release(server, key, self.token))
+        ok, where, code = scripted.release(server, key, self.token)
+        if not ok then ok, where, code = single.released(server, ok, where, code) end
     else
         ok, where, code = (self.strategy or client.strategy).release(client, key, self.token)
     end

@@ -29,8 +29,10 @@ if [ -z "$found" ]; then
 fi
 
 # The specs per server version (x*10000 + y*100 + z). Every version runs
-# the core, lock and legacy specs (01, 03, 10) and what it gives
-# (14-versions); the rest where they tell something about that version:
+# the core, lock and legacy specs (01, 03, 10), the operations registry
+# (16) and what it gives (14-versions); from 2.6.12 on, the fence faults
+# (25: each a couple of seconds); the rest where they tell something about
+# that version:
 #   before 2.6.12  legacy mode only (auto picks it): contention (05), the
 #                  legacy renewal (12), and auto's detection (13: the old
 #                  wrong-password text, no scripting in mode script)
@@ -51,6 +53,8 @@ fi
 specs_for() {
     v=$1
     s="spec/01-core_spec.lua spec/03-lock_spec.lua spec/10-legacy_spec.lua spec/14-versions_spec.lua"
+    s="$s spec/16-ops_spec.lua"
+    [ "$v" -ge 20612 ] && s="$s spec/25-fence_faults_spec.lua"
     if [ "${REDLOCK_TEST_TOPOLOGIES:-}" = 1 ]; then
         [ "$v" -ge 20800 ] && s="$s spec/07-sentinel_spec.lua"
         [ "$v" -ge 30000 ] && s="$s spec/23-cluster_spec.lua"

@@ -121,8 +121,9 @@ Conn.__index = Conn
 
 function Conn:command(...) return command(self.server, ...) end
 
+-- (a script is sent once more on a stale connection, as core.conn's are)
 function Conn:eval(name, nkeys, ...)
-    return eval(self.server, check_script(name, nkeys, select("#", ...)), name, nkeys, ...)
+    return once_more(eval, self.server, check_script(name, nkeys, select("#", ...)), name, nkeys, ...)
 end
 
 -- core.conn's eval_values: an answer of 1 to 4 integers as that many values
@@ -149,11 +150,8 @@ local function waited(v, wres, ...)
     return false, wres, spread(v)
 end
 
-function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
-    local server = self.server
-    local script = check_script(name, nkeys, select("#", ...))
-    if server.closed then return closed() end
-    if not yieldable() then return fallback(server).conn:eval_wait(name, replicas, ms, aof, nkeys, ...) end
+-- One try of eval_wait over a cosocket.
+local function eval_wait(server, script, replicas, ms, aof, nkeys, ...)
     local req = encode("EVALSHA", script.sha, nkeys, ...)
     local w = wait_request(replicas, ms, aof)
     if server.cluster then
@@ -161,6 +159,14 @@ function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
             nkeys, ...))
     end
     return waited(attempt(server, nil, false, nil, req, nil, w, script, nkeys, ...))
+end
+
+function Conn:eval_wait(name, replicas, ms, aof, nkeys, ...)
+    local server = self.server
+    local script = check_script(name, nkeys, select("#", ...))
+    if server.closed then return closed() end
+    if not yieldable() then return fallback(server).conn:eval_wait(name, replicas, ms, aof, nkeys, ...) end
+    return once_more(eval_wait, server, script, replicas, ms, aof, nkeys, ...)
 end
 
 -- The grant's XADD (see Conn:grant; its words are the C core's, the one

@@ -22,10 +22,12 @@
 local core = require "redlock.core"
 local legacy = require "redlock.legacy"
 local scripted = require "redlock.scripted"
+local lock_ops = require "redlock.ops"
 
 local now = core.now
 local find, lower, type, pairs, format = string.find, string.lower, type, pairs, string.format
 local huge = math.huge
+local missing = lock_ops.missing
 
 local _M = { name = "auto" }
 
@@ -254,7 +256,7 @@ local function run(name)
         if not caps then return nil, err, code end
         if caps.version and caps.version < SCRIPTS_SINCE then
             fall_back(server)
-            return fallen[name](server, ...)
+            return (fallen[name] or missing(name))(server, ...)
         end
         server.script_ran = nil
         local ok, v, c = scripted[name](server, ...)
@@ -264,15 +266,17 @@ local function run(name)
             server.ops = scripted
         elseif c == "server" and _M.refused(v) then
             fall_back(server)
-            return fallen[name](server, ...)
+            return (fallen[name] or missing(name))(server, ...)
         end
         return ok, v, c
     end
 end
 
-_M.acquire = run("acquire")
-_M.release = run("release")
-_M.extend = run("extend")
+-- every operation of redlock.ops that settles the mode first (one that
+-- legacy mode lacks answers as redlock.ops.missing says, once fallen back)
+for name, op in pairs(lock_ops.list) do
+    if op.settle then _M[name] = run(name) end
+end
 
 --- The note an error message of this server gets: its mode, and for a
 -- refusal in script mode, what happens or what to do about it. A server

@@ -189,8 +189,8 @@ local function take(server, step, token, ttl_s, unfenced, rep)
     args[nkeys + 1], args[nkeys + 2] = token, ttl_s
     if rep then
         local conn = server.conn
-        local acked, fsynced, a, b, c, d = util.once_more(conn.eval_wait, conn, "group_acquire", rep.replicas,
-            rep.replica_timeout, rep.aof, nkeys, unpack(args, 1, args.n))
+        local acked, fsynced, a, b, c, d = conn:eval_wait("group_acquire", rep.replicas, rep.replica_timeout,
+            rep.aof, nkeys, unpack(args, 1, args.n))
         if acked == nil then return nil, fsynced, a end
         -- (an answer of 1 to 4 integers comes as values, a longer one, a
         -- group of 4 keys or more, as one table: see conn:eval_wait)

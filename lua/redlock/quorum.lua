@@ -17,6 +17,7 @@ local core = require "redlock.core"
 local scripted = require "redlock.scripted"
 local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
+local lock_ops = require "redlock.ops"
 local replicas = require "redlock.replicas"
 local events = require "redlock.events"
 local eviction = require "redlock.eviction"
@@ -27,7 +28,8 @@ local fence_key = scripted.fence_key
 local format, find, sub = string.format, string.find, string.sub
 local floor, min, max = math.floor, math.min, math.max
 local concat, sort = table.concat, table.sort
-local ipairs, type, setmetatable = ipairs, type, setmetatable
+local ipairs, pairs, type, setmetatable, select = ipairs, pairs, type, setmetatable, select
+local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = { name = "quorum" }
 
@@ -195,12 +197,19 @@ local function acquire_reply(server, r)
     return false, r[2]
 end
 
-local function flag_reply(server, r)
-    if r == 1 then return true end
-    if r == 0 then return false end
-    return unexpected(server, "a lock script", r)
-end
+local flag_reply = lock_ops.flag
 
+-- The single lock, in the shape of another kind's op (see _M.of): its
+-- scripts and their arguments are redlock.ops's; a server outside the
+-- fan-out runs the Server method (any mode: seq).
+local OPS = lock_ops.list
+local LOCK = {
+    acquire_script = OPS.acquire.script, acquire_args = OPS.acquire.quorum_args,
+    acquire_reply = acquire_reply,
+    release_script = OPS.release.script, release_args = OPS.release.quorum_args,
+    release_reply = flag_reply,
+    extend_script = OPS.extend.script, extend_args = OPS.extend.quorum_args,
+}
 
 -- Per-server detail for a message, in server order.
 local function details(client, list, skipped, st, v, codes, flags, yes, no, t)
@@ -267,16 +276,12 @@ local function sync_fence(client, key, live, st, fence, timeout)
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
 
--- op: another kind's operations (see _M.of), else nil: the single lock's.
+-- op: another kind's operations (see _M.of), else the single lock's (LOCK).
 local function release_on(client, list, key, token, timeout, op)
-    local st, v, codes, flags
-    if op then
-        st, v, codes, flags = ask(client, list, timeout, op.release_script, op.release_reply, op.cannot, nil,
-            op.release_args(key, token, fence_key(key, client.slot_fences)))
-    else
-        st, v, codes, flags = ask(client, list, timeout, "release", flag_reply,
-            function(server) return server:release(key, token) end, nil, 1, key, token)
-    end
+    op = op or LOCK
+    local st, v, codes, flags = ask(client, list, timeout, op.release_script, op.release_reply,
+        op.cannot or function(server) return server:release(key, token) end, nil,
+        op.release_args(key, token, fence_key(key, client.slot_fences)))
     mark_down(client, list, st, v, codes, flags, now())
     return st, v, codes, flags
 end
@@ -329,18 +334,10 @@ local function acquire(op, client, key, token, ttl, unfenced, rep, hook)
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
     local ttl_s = format("%d", ttl)
-    local function fallback(server) return server:acquire(key, token, ttl, nil, nil, unfenced, rep) end
-    local st, v, codes, flags, acked
-    if op then
-        st, v, codes, flags, acked = ask(client, live, timeout, op.acquire_script, op.acquire_reply,
-            op.cannot, rep, op.acquire_args(key, token, ttl_s, unfenced, fence_key(key, client.slot_fences)))
-    elseif unfenced then
-        st, v, codes, flags, acked = ask(client, live, timeout, "acquire", acquire_reply, fallback,
-            rep, 1, key, token, ttl_s)
-    else
-        st, v, codes, flags, acked = ask(client, live, timeout, "acquire", acquire_reply, fallback,
-            rep, 2, key, fence_key(key, client.slot_fences), token, ttl_s)
-    end
+    local o = op or LOCK
+    local st, v, codes, flags, acked = ask(client, live, timeout, o.acquire_script, o.acquire_reply,
+        o.cannot or function(server) return server:acquire(key, token, ttl, nil, nil, unfenced, rep) end,
+        rep, o.acquire_args(key, token, ttl_s, unfenced, fence_key(key, client.slot_fences)))
     local t1 = now()
     mark_down(client, live, st, v, codes, flags, t1)
     failed_servers(client, live, st, v, codes, key, hook)
@@ -447,15 +444,11 @@ local function extend(op, client, key, token, ttl, rep)
     local t0 = now()
     local timeout = _M.server_timeout(client, ttl)
     local live, skipped = up(client, t0)
-    local st, v, codes, flags, acked
-    if op and op.extend_script then
-        st, v, codes, flags, acked = ask(client, live, timeout, op.extend_script, flag_reply, op.cannot, rep,
-            op.extend_args(key, token, format("%d", ttl)))
-    else
-        st, v, codes, flags, acked = ask(client, live, timeout, "extend", flag_reply,
-            function(server) return server:extend(key, token, ttl, rep) end,
-            rep, 1, key, token, format("%d", ttl))
-    end
+    -- (a kind without an extend script of its own: the single lock's)
+    local o = op and op.extend_script and op or LOCK
+    local st, v, codes, flags, acked = ask(client, live, timeout, o.extend_script, flag_reply,
+        o.cannot or function(server) return server:extend(key, token, ttl, rep) end,
+        rep, o.extend_args(key, token, format("%d", ttl)))
     local t1 = now()
     mark_down(client, live, st, v, codes, flags, t1)
     local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
@@ -504,10 +497,7 @@ function _M.of(op)
         if r == 0 then return false end
         return unexpected(server, op.release_script, r)
     end
-    op.cannot = function(server)
-        return nil, format("server: %s: %s needs the server's scripts (legacy mode)", server.name, op.what),
-            "server"
-    end
+    op.cannot = function(server) return lock_ops.cannot(server, op.what, " (legacy mode)") end
     only_cannot[op.cannot] = true
     return {
         name = "quorum",
@@ -517,6 +507,28 @@ function _M.of(op)
         release = function(client, key, token) return release(op, client, key, token) end,
         extend = function(client, key, token, ttl, rep) return extend(op, client, key, token, ttl, rep) end,
     }
+end
+
+-- The operations of redlock.ops made from their entry (`args`, a 1 | 0
+-- answer) that have no policy above: their script sent to every server in
+-- reach at once (a server outside the fan-out runs the Server method);
+-- true on a majority of 1, false when so many say 0 that no majority can
+-- hold, else no quorum: release's and extend's reading (without extend's
+-- validity, which is extend's own).
+for name, op in pairs(lock_ops.list) do
+    if op.args and op.single == "flag" and not _M[name] then
+        local script, args, what = op.script, op.args, op.what
+        _M[name] = function(client, key, token, ...)
+            local rest = { n = select("#", ...), ... }
+            local live, skipped = up(client, now())
+            local function seq(server) return server[name](server, key, token, unpack(rest, 1, rest.n)) end
+            local st, v, codes, flags = ask(client, live, _M.server_timeout(client, client.opts.ttl), script,
+                flag_reply, seq, nil, args(client, key, token, ...))
+            local t = now()
+            mark_down(client, live, st, v, codes, flags, t)
+            return outcome(client, live, skipped, st, v, codes, flags, what, t)
+        end
+    end
 end
 
 return _M

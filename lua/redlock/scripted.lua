@@ -4,6 +4,7 @@
 local util = require "redlock.util"
 local notify = require "redlock.notify"
 local replicas = require "redlock.replicas"
+local lock_ops = require "redlock.ops"
 
 local companion_key, ms_string = util.companion_key, util.ms_string
 local wake_key, data_key, handoff_key, handoff_prefix, waiters_key =
@@ -20,13 +21,13 @@ _M.WAITERS = WAITERS
 local fence_key = util.fence_counter
 _M.fence_key = fence_key
 
-local unexpected, eval_values, once_more = util.unexpected, util.eval_values, util.once_more
+local unexpected = util.unexpected
 
 -- conn:eval_wait (the script and WAIT in one write), sent once more on a
 -- connection the server had dropped. Returns acked, fsynced, values... |
 -- false, message, values... (WAIT failed) | nil, message, code.
 local function eval_wait(conn, rep, name, nkeys, ...)
-    return once_more(conn.eval_wait, conn, name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
+    return conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof, nkeys, ...)
 end
 
 -- What an acknowledged write (the script's answer `r` is 1 when it wrote)
@@ -99,19 +100,19 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     if not waiting then
         -- the uncontended path
         if unfenced then
-            taken, v, at = eval_values(conn, "acquire", 1, key, token, ttl_s)
+            taken, v, at = conn:eval_values("acquire", 1, key, token, ttl_s)
         else
             local fkey = fence_key(key, server.slot_fences)
-            taken, v, at = eval_values(conn, "acquire", 2, key, fkey, token, ttl_s)
+            taken, v, at = conn:eval_values("acquire", 2, key, fkey, token, ttl_s)
         end
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
         local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
         local how = _M.how(server, handoff)
         if unfenced then
-            taken, v, at = eval_values(conn, "acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
+            taken, v, at = conn:eval_values("acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
-            taken, v, at = eval_values(conn, "acquire", 5, key, wkey, dkey, hkey,
+            taken, v, at = conn:eval_values("acquire", 5, key, wkey, dkey, hkey,
                 fence_key(key, server.slot_fences), token, ttl_s, waiting, how)
         end
     end
@@ -214,7 +215,7 @@ function _M.release(server, key, token)
     -- straight to the five-key form: under contention the extra round trip
     -- would lengthen every hold.
     if server.woke_key ~= key then
-        local r, err, code = server:eval("release", 2, key, companion_key(key, WAITERS), token)
+        local r, err, code = server.conn:eval("release", 2, key, companion_key(key, WAITERS), token)
         if r ~= 2 then
             if r == nil then return nil, err, code end
             return r == 1
@@ -268,5 +269,18 @@ end
 
 --- Blocks until a release wakes us or ms pass (see redlock.notify).
 _M.wait = notify.wait
+
+-- The forms made from redlock.ops's entries that give their script's
+-- arguments (`args`) and have no form written above.
+for name, op in pairs(lock_ops.list) do
+    if op.args and not _M[name] then
+        local script, args, flag = op.script, op.args, lock_ops.flag
+        _M[name] = function(server, ...)
+            local r, err, code = server:eval(script, args(server, ...))
+            if r == nil then return nil, err, code end
+            return flag(server, r)
+        end
+    end
+end
 
 return _M

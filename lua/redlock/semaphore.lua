@@ -84,7 +84,6 @@ local function answer(server, key, what, limit, taken, v, at, asked)
     return util.unexpected(server, what, taken)
 end
 
-local eval_values = util.eval_values
 
 local function release(server, name, key, token)
     local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
@@ -98,8 +97,8 @@ end
 -- taken but not acknowledged is given back (fail closed).
 local function acquire_acked(server, kind, key, token, rep, nkeys, ...)
     local conn, name = server.conn, kind.scripts[1]
-    local acked, fsynced, taken, v, at = util.once_more(conn.eval_wait, conn, name, rep.replicas,
-        rep.replica_timeout, rep.aof, nkeys, ...)
+    local acked, fsynced, taken, v, at = conn:eval_wait(name, rep.replicas, rep.replica_timeout, rep.aof,
+        nkeys, ...)
     if acked == nil then return nil, fsynced, taken end
     local wrote = taken == 1 and v ~= nil
     if acked ~= false and not wrote then
@@ -146,7 +145,7 @@ function _M.make(name, what, scripts, limit)
                 hkey, fkey, args(token, ttl, waiting, "w", fenced))
         else
             local how = scripted.how(server, handoff)
-            local taken, r, at = eval_values(server.conn, acquire_name, 5, key, waiters_key(key),
+            local taken, r, at = server.conn:eval_values(acquire_name, 5, key, waiters_key(key),
                 data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
             ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
         end

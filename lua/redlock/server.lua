@@ -8,8 +8,10 @@ local options = require "redlock.options"
 local scripted = require "redlock.scripted"
 local util = require "redlock.util"
 
-local setmetatable, type, gsub = setmetatable, type, string.gsub
-local ops_for, once_more = detect.ops_for, util.once_more
+local lock_ops = require "redlock.ops"
+
+local setmetatable, type, pairs, gsub = setmetatable, type, pairs, string.gsub
+local ops_for, missing, once_more = detect.ops_for, lock_ops.missing, util.once_more
 
 -- The operations per opts.mode; auto's replace themselves on first use.
 local OPS = { script = scripted, legacy = legacy, auto = detect }
@@ -71,11 +73,10 @@ function Server:call(...)
     return r, err, code
 end
 
---- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT), sent once
--- more on a stale connection as Server:call.
+--- Runs a named script of the core (EVALSHA, EVAL on NOSCRIPT; sent once
+-- more on a stale connection by the connection itself).
 function Server:eval(name, nkeys, ...)
-    local conn = self.conn
-    local r, err, code = once_more(conn.eval, conn, name, nkeys, ...)
+    local r, err, code = self.conn:eval(name, nkeys, ...)
     return r, err, code
 end
 
@@ -110,22 +111,35 @@ end
 --- ok, v, code of an operation, with the mode in an error's message.
 Server.noted = noted
 
---- Lock operations, one server. acquire returns true, fence | false, pttl
--- (another holder; pttl -1 when the key has no expiry) | nil, err, code.
--- waiting, handoff (optional): see redlock.scripted. rep: replica
--- acknowledgement (redlock.replicas): a lock taken answers true, fence,
--- acked.
-function Server:acquire(key, token, ttl, waiting, handoff, unfenced, rep)
-    return noted(self, self.ops.acquire(self, key, token, ttl, waiting, handoff, unfenced, rep))
+--- Lock operations, one server: a method per operation of redlock.ops
+-- (its answers: redlock.single's strategy interface, less the server's
+-- name), run by the operations of the server's mode, or by those that
+-- took the lock (redlock.detect.ops_for), with the mode in an error's
+-- message. A mode without the operation: nil (optional) or
+-- redlock.ops.cannot's error.
+-- acquire(key, token, ttl, waiting, handoff, unfenced, rep) -> true, fence
+-- | false, pttl (another holder; -1 when the key has no expiry) | nil, err,
+-- code (waiting, handoff: see redlock.scripted; rep: replica
+-- acknowledgement, redlock.replicas: a lock taken answers true, fence,
+-- acked); release(key, token) -> true | false (not ours any more) | nil,
+-- err, code; extend(key, token, ttl, rep) -> true[, acked] | false | nil,
+-- err, code; give_up(key, token): see redlock.scripted.
+local function method(name, op)
+    local none = missing(name)
+    if op.by_token then
+        return function(self, key, token, ...)
+            local f = ops_for(self, token)[name]
+            if not f then return noted(self, none(self)) end
+            return noted(self, f(self, key, token, ...))
+        end
+    end
+    return function(self, ...)
+        local f = self.ops[name]
+        if not f then return noted(self, none(self)) end
+        return noted(self, f(self, ...))
+    end
 end
---- true | false (not ours any more) | nil, err, code
--- (release and extend: by the operations that took the lock, see
--- redlock.detect.ops_for)
-function Server:release(key, token) return noted(self, ops_for(self, token).release(self, key, token)) end
---- true[, acked] | false (not ours any more) | nil, err, code
-function Server:extend(key, token, ttl, rep)
-    return noted(self, ops_for(self, token).extend(self, key, token, ttl, rep))
-end
+for name, op in pairs(lock_ops.list) do Server[name] = method(name, op) end
 
 --- Waits for a release of key, at most ms: true when it waited (notified
 -- waiting), "handed", fence, since when the release handed it the lock

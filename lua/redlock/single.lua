@@ -23,54 +23,61 @@
 --   give_up(client, key, token)      a waiter that wait() served gives up
 --                                     (with wait); "handed", fence, since
 --                                     when a lock was handed to it first
-local ops_for = require("redlock.detect").ops_for
+local lock_ops = require "redlock.ops"
+
+local pairs = pairs
 
 local _M = { name = "single" }
 
---- The outcome of server's acquire operation as this strategy answers it:
--- a refusal names the server, an error gets the mode note.
-local function acquired(server, ok, v, code)
+-- How this strategy reads a Server method's answer (redlock.ops's
+-- single): a refusal names the server (the method's errors have the mode
+-- note already).
+local function taken(server, ok, v, code)
     if ok then return true, v, code end -- (code: acked, with rep)
+    if ok == false then return false, v, server:where() end
+    return ok, v, code
+end
+
+local function flag(server, ok, v, code)
+    if ok == false then return false, server:where() end
+    return ok, v, code -- (true[, acked] | nil, err, code)
+end
+
+--- The outcome of server's acquire operation as this strategy answers it:
+-- a refusal names the server, an error gets the mode note. (For
+-- operations run here directly: redlock.lua's uncontended request of a
+-- script-mode server, a kind's own script.)
+function _M.acquired(server, ok, v, code)
+    if ok then return true, v, code end
     if ok == false then return false, v, server:where() end
     return server:noted(ok, v, code)
 end
-_M.acquired = acquired
 
 --- The same for a release.
-local function released(server, ok, err, code)
+function _M.released(server, ok, err, code)
     if ok then return true end
     if ok == false then return false, server:where() end
     return server:noted(ok, err, code)
 end
-_M.released = released
 
--- waiting, handoff: a notified waiter's (see redlock.scripted.acquire).
--- (The server's operations are called directly, as Server:acquire would;
--- redlock.lua makes the uncontended requests of a script-mode server
--- itself, see its acquire.)
-function _M.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
-    local server = client.servers[1]
-    return acquired(server, server.ops.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep))
-end
-
-function _M.release(client, key, token)
-    local server = client.servers[1]
-    return released(server, ops_for(server, token).release(server, key, token))
-end
-
-function _M.extend(client, key, token, ttl, rep)
-    local server = client.servers[1]
-    local ok, err, code = server:extend(key, token, ttl, rep)
-    if ok == false then return false, server:where() end
-    return ok, err, code
-end
-
---- A waiter that gives up leaves the waiters queue (best effort: a failure
--- leaves it to the queue's own expiry).
-function _M.give_up(client, key, token)
-    local server = client.servers[1]
-    local give_up = server.ops.give_up
-    if give_up then return give_up(server, key, token) end
+-- Every operation of redlock.ops: the server's method, its answer read as
+-- the operation says. waiting, handoff (acquire): a notified waiter's (see
+-- redlock.scripted.acquire). (redlock.lua makes the uncontended requests
+-- of a script-mode server itself, see its acquire and release.)
+local READ = { taken = taken, flag = flag }
+for name, op in pairs(lock_ops.list) do
+    local read = READ[op.single]
+    if read then
+        _M[name] = function(client, ...)
+            local server = client.servers[1]
+            return read(server, server[name](server, ...))
+        end
+    else
+        _M[name] = function(client, ...)
+            local server = client.servers[1]
+            return server[name](server, ...)
+        end
+    end
 end
 
 function _M.wait(client, key, ms, since, token, final)

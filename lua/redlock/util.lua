@@ -113,25 +113,20 @@ end
 
 --- f(...), sent once more when it failed on a connection that the server
 -- had dropped while it was idle (idle timeout, restart, CLIENT KILL):
--- nothing ran there, so this is no failure of the call. The one place of
--- that rule for every connection's calls (hiredis, cosockets, a part of a
--- fan-out; csrc/fanout.c carries it out for the C fan-out). A failure is
--- nil, message, code, stale (true) and passes on as that; at most six
--- results are passed on (eval_wait's acked, fsynced and four values), so no
--- table is made per call. A "moved" stale (a Sentinel switch ended a
--- BLPOP) is not sent again: the caller's next attempt goes to the new
--- master. Never used inside a WATCH..EXEC sequence (redlock.legacy): a
+-- nothing ran there, so this is no failure of the call. The one Lua place
+-- of that rule (the C core's is csrc/topo.c's redlock_stale_verdict, which
+-- conn:eval, eval_values and eval_wait follow themselves): for commands
+-- (Server:call, a waiter's BLPOP) and the cosocket transport's scripts. A
+-- failure is nil, message, code, stale (true) and passes on as that; at
+-- most six results are passed on (eval_wait's acked, fsynced and four
+-- values), so no table is made per call. A "moved" stale (a Sentinel switch
+-- ended a BLPOP) is not sent again: the caller's next attempt goes to the
+-- new master. Never used inside a WATCH..EXEC sequence (redlock.legacy): a
 -- new connection has forgotten the WATCH.
 function _M.once_more(f, ...)
     local a, b, c, d, e, g = f(...)
     if a == nil and d == true then return f(...) end
     return a, b, c, d, e, g
-end
-
---- conn:eval_values, sent once more on a stale connection (once_more).
-function _M.eval_values(conn, ...)
-    local a, b, c = _M.once_more(conn.eval_values, conn, ...)
-    return a, b, c
 end
 
 --- A random delay in [0, ms), from the OS source: math.random would need a
