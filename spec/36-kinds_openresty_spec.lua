@@ -128,6 +128,7 @@ end)
 -- what is left at the end is counted exactly.
 local HANDOFF_SERVER = [[
         location = /kfifo { content_by_lua_block { require("kinds").kfifo() } }
+        location = /kfifo_close { content_by_lua_block { require("kinds").kfifo_close() } }
         location = /kfifo_abort {
             lua_check_client_abort on;
             content_by_lua_block { require("kinds").kfifo() }
@@ -304,6 +305,75 @@ describe("the kinds' hand-off inside nginx, in one queue with plain Lua processe
                 return (nginx.read(ngx_server.dir .. "/access.log") or ""):find("/kfifo_abort%?[^\n]*"
                     .. key:gsub("%p", "%%%0") .. "[^\n]* 499 ") ~= nil
             end), "the request did not end")
+            assert.is_true(lock:release())
+            assert.is_true(fence_of(b, 2) > lock.fence)
+            holder:close()
+            nothing_left()
+            assert.same({}, ngx_server:errors())
+        end)
+    end
+
+    -- A release that hands the lock to a waiter as its last wait ends:
+    -- Redis paused for writes (CLIENT PAUSE WRITE) runs the release, sent
+    -- first, before the waiter's GIVE_UP at its deadline, sent while paused.
+    -- The waiter takes the lock (the message came before GIVE_UP's answer),
+    -- rather than releasing it and answering "timeout".
+    for _, case in ipairs {
+        { what = "a lock", kind = "writer", opts = {} },
+        { what = "a permit", kind = "limit", opts = { limit = 1 } },
+    } do
+        it("a request whose wait ends as " .. case.what .. " is handed to it takes it", function()
+            helper.needs("pause_write")
+            local key = helper.key("late")
+            subscribed()
+            local holder = redlock.new { servers = { redis:url() }, ttl = 60000, timeout = 10000 }
+            local lock = assert(holder:acquire(key, case.opts))
+            -- one block (wait under notify.RECHECK_MS), which ends at the deadline
+            local late = enqueue(key, 1, function()
+                return ngx_server:bg("/kfifo?kind=" .. case.kind .. "&limit=1&wait=900&timeout=10000&key=" .. key)
+            end)
+            assert.equal("p", hows(key))
+            -- the release that hands over in one script (a single lock's two-key
+            -- one would answer 2 first), its script loaded (EVALSHA's NOSCRIPT
+            -- would come after the pause, and EVAL after GIVE_UP)
+            local function release(l)
+                if case.kind == "limit" then return l:release() end
+                return require("redlock.scripted").release_waking(holder.servers[1], l.key, l.token)
+            end
+            assert.is_true(release(assert(holder:acquire(key .. ":other", case.opts))))
+            -- until after its deadline (900 ms after it joined), not after its place
+            -- in the queue ends (a second after that: wait_slack.lua), nor its
+            -- GIVE_UP's timeout
+            assert.equal("OK", data:command("CLIENT", "PAUSE", 1200, "WRITE"))
+            assert.is_true(release(lock))
+            assert.is_true(fence_of(late, 1) > lock.fence)
+            holder:close()
+            nothing_left()
+            assert.same({}, ngx_server:errors())
+        end)
+    end
+
+    -- The request's cleanup closed its client (so every eval of that client
+    -- answers "closed") before its waiter was taken off: the give-back
+    -- still runs (redlock.ngx_wait's abandon, Server:owing).
+    for _, case in ipairs {
+        { what = "a lock", kind = "writer", opts = {} },
+        { what = "a permit", kind = "limit", worker = "limit=1", opts = { limit = 1 } },
+    } do
+        it("a request that closed its client and ended while it waited leaves the queue, and " .. case.what
+            .. " handed to it passes on", function()
+            local key = helper.key("closed")
+            subscribed()
+            local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+            local lock = assert(holder:acquire(key, case.opts))
+            -- what it is handed would stay 60 s: the next waiter (wait 20 s) would time out
+            local gone = ngx_server:bg("/kfifo_close?kind=" .. case.kind .. "&limit=1&n=2&wait=30000&ttl=60000&key="
+                .. key)
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 1 end), "waiter 1")
+            local b = enqueue(key, 2, function() return worker(key, 0, case.worker) end)
+            local out, code = gone.wait()
+            assert.equal(200, code, out)
+            assert.matches("^closed", out)
             assert.is_true(lock:release())
             assert.is_true(fence_of(b, 2) > lock.fence)
             holder:close()

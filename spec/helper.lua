@@ -172,6 +172,8 @@ local FEATURES = {
     blpop_ms = { 60000, "BLPOP with a fractional timeout" },
     acl = { 60000, "ACL users" },
     acl_channels = { 60200, "ACL channel rules (&pattern)" },
+    -- (its postponed clients run in the order they came, when it ends)
+    pause_write = { 60200, "CLIENT PAUSE WRITE" },
     functions = { 70000, "FUNCTION/FCALL" },
     waitaof = { 70200, "WAITAOF" },
 }

@@ -344,6 +344,13 @@ function Server:wait(key, ms, since, token, _, give_back)
     return ngx_wait.wait(self, key, ms, since, token, give_back)
 end
 
+--- A waiter whose GIVE_UP found the lock handed to it (redlock.scripted.
+-- give_up): the hand-off's message, "handed", fence, since; or nil.
+function Server:handed_late(key, token, give_back)
+    if not yieldable() then return nil end
+    return ngx_wait.handed_late(self, key, token, give_back)
+end
+
 --- How a waiter joins the queue (redlock.scripted.how; scripts/acquire.lua
 -- and the kinds'), a single lock's, a permit's or a reader's: "p", handed
 -- it by a message to its worker's subscriber, when that subscriber listens
@@ -551,6 +558,18 @@ end
 function Server:close()
     self.closed = true
     if self.fallback then self.fallback:close() end
+end
+
+--- The server as its owed work sees it (redlock.ngx_wait's give-back of a
+-- lock handed to a request that has ended): a request's cleanup may have
+-- closed its client, yet the queue's other waiters are owed that lock now,
+-- not after its ttl. A closed one's view shares its state and pool (nginx
+-- still keeps the pooled connections) and answers as an open one.
+function Server:owing()
+    if not self.closed then return self end
+    local v = setmetatable({ closed = false }, { __index = self })
+    v.conn = setmetatable({ server = v }, Conn)
+    return v
 end
 
 return _M

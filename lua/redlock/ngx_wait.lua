@@ -44,7 +44,7 @@ local notify = require "redlock.notify"
 
 local ngx = rawget(_G, "ngx")
 local now = core.now
-local next, pairs, match = next, pairs, string.match
+local next, pairs, match, huge = next, pairs, string.match, math.huge
 local handed, refused_at_of = notify.handed, notify.refused_at
 
 local _M = {}
@@ -57,6 +57,9 @@ _M.IDLE_MS = 30000
 local RECONNECT_MS = 200
 --- How long a release is remembered for waiters that come to wait late.
 local REMEMBER_MS = 1000
+--- How long a waiter whose GIVE_UP found its lock handed waits for the
+-- hand-off's message, which was sent before GIVE_UP's answer (ms).
+local LATE_MS = 100
 
 -- Phases in which ngx.semaphore's wait may yield.
 local CAN_WAIT = {
@@ -101,12 +104,15 @@ end
 -- the single lock's), which hands it to the next waiter (GIVE_UP,
 -- RELEASE, SEM_RELEASE), from a timer (the subscriber's thread reads its
 -- connection), through the waiter's own server (the subscriber's, that of
--- the worker's first waiter, may belong to a client closed since).
+-- the worker's first waiter, may belong to another client), even if the
+-- request's cleanup closed its client (Server:owing).
 local function abandon(e, token)
-    local server, key, give_back = e.server, e.key, e.give_back
+    local server, key, give_back = e.server:owing(), e.key, e.give_back
     ngx.timer.at(0, function()
         local scripted = require "redlock.scripted"
-        if scripted.give_up(server, key, token) then (give_back or scripted.release)(server, key, token) end
+        if scripted.give_up(server, key, token, nil, true) then
+            (give_back or scripted.release)(server, key, token)
+        end
     end)
 end
 
@@ -287,6 +293,21 @@ local function wait_handed(server, sub, key, ms, since, token, give_back)
         return "handed", handed(server, element, refused_at)
     end
     return true
+end
+
+--- A waiter (token) whose GIVE_UP found key's lock or permit held by its
+-- token (redlock.scripted.give_up): a release handed it that as its last
+-- wait ended, and published the message before GIVE_UP answered (it may
+-- still be on its way, waited for at most LATE_MS): "handed", fence,
+-- since as wait's; nil when none comes (the caller releases it).
+-- give_back: as wait's.
+function _M.handed_late(server, key, token, give_back)
+    if not CAN_WAIT[ngx.get_phase()] then return nil end
+    local sub = subscribers[id_of(server)]
+    if not sub or not sub.ready then return nil end
+    -- (since: no wake-up counts, only this waiter's hand-off)
+    local handed_it, fence, since = wait_handed(server, sub, key, LATE_MS, huge, token, give_back)
+    if handed_it == "handed" then return handed_it, fence, since end
 end
 
 --- Waits until a release of key is published or ms pass: true; nil when

@@ -256,10 +256,22 @@ end
 -- "held" when the key holds its token but the hand-off's element was lost
 -- (its fence unknown: the caller releases it); otherwise nothing. Leaving
 -- from the front of the queue wakes the waiters behind (GIVE_UP).
-function _M.give_up(server, key, token)
+-- Inside nginx a waiter is handed its lock by a message to its worker's
+-- subscriber, not a list element: a waiter that gives up at its deadline
+-- as a release hands it the lock takes it with that message
+-- (Server:handed_late; give_back: its kind's release, nil a single
+-- lock's, for a request that ends meanwhile); gone: the waiter's request
+-- has ended (redlock.ngx_wait gives the lock back), nobody takes it.
+function _M.give_up(server, key, token, give_back, gone)
     local r = server:eval("give_up", 5, key, waiters_key(key), data_key(key), handoff_key(key, token),
         wake_key(key), token)
-    if r == "held" then return "held" end
+    if r == "held" then
+        if server.handed_late and not gone then
+            local handed, fence, since = server:handed_late(key, token, give_back)
+            if handed then return handed, fence, since end
+        end
+        return "held"
+    end
     if type(r) == "string" then
         local fence, since = notify.handed(server, r)
         if fence then return "handed", fence, since end

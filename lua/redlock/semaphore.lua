@@ -164,7 +164,9 @@ function _M.make(name, what, scripts, limit)
     -- one extend script for locks, permits and readers (scripts/extend.lua)
     s.extend = single.extend
     -- (the kinds run scripts in every mode: their waiters leave by script)
-    function s.give_up(client, key, token) return scripted.give_up(client.servers[1], key, token) end
+    function s.give_up(client, key, token)
+        return scripted.give_up(client.servers[1], key, token, give_back)
+    end
     function s.wait(client, key, ms, since, token, final)
         return client.servers[1]:wait(key, ms, since, token, final, give_back)
     end

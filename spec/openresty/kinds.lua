@@ -80,14 +80,15 @@ function _M.rw()
     ngx.say(tostring(v))
 end
 
---- GET /kfifo?key=K&kind=limit|shared|writer&limit=N&wait=MS&hold=MS&ttl=MS:
+--- GET /kfifo?key=K&kind=limit|shared|writer&limit=N&wait=MS&hold=MS&ttl=MS&timeout=MS:
 -- acquires K as a permit (kind limit, of limit N), a reader (shared) or a
 -- writer, with a client whose polling would sleep 10 s; holds it hold ms,
 -- releases, and answers "acquired <core.now() when taken> fence <fence>".
 function _M.kfifo()
     local r, kind = counter.redis, ngx.var.arg_kind
     local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
-        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000,
+        timeout = tonumber(ngx.var.arg_timeout) }
     local lock, err = c:acquire(ngx.var.arg_key, {
         limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil, shared = kind == "shared" })
     if not lock then
@@ -99,6 +100,25 @@ function _M.kfifo()
     local ok, rerr = lock:release()
     c:close()
     ngx.say(ok and line or tostring(rerr))
+end
+
+--- GET /kfifo_close?key=K&kind=...&n=N (as /kfifo): the acquire waits in
+-- a light thread; once N waiters are in K's queue and it waits among them,
+-- the request closes its client and ends (ngx.exit), as a request's cleanup
+-- would: what a release hands it must pass on all the same.
+function _M.kfifo_close()
+    local r, kind, key = counter.redis, ngx.var.arg_kind, ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+    ngx.thread.spawn(function()
+        return c:acquire(key, { limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil,
+            shared = kind == "shared" })
+    end)
+    while call("ZCARD", "{" .. key .. "}:waiters") < tonumber(ngx.var.arg_n) do ngx.sleep(0.01) end
+    ngx.sleep(0.05) -- (its refusal's answer read: it waits)
+    c:close()
+    ngx.say("closed")
+    ngx.exit(200)
 end
 
 --- GET /pair?a=K1&b=K2: a group lock of the two keys; inside, each key's
