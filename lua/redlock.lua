@@ -371,8 +371,13 @@ local function ended(client, o, key, start, attempts, lock, err, code, t_end)
     return lock, err, code
 end
 
--- An attempt that failed (not a refusal): its message, naming the key.
-local function failed(key, err, code)
+-- An attempt that failed (not a refusal): its message, naming the key
+-- (and, after a wait, how long and how many attempts it lasted).
+local function failed(key, err, code, wait, attempts)
+    if wait then
+        return nil, format("%s (acquiring %s, waited %d ms, %d attempts)", err, show_key(key), floor(wait),
+            attempts), code
+    end
     return nil, format("%s (acquiring %s)", err, show_key(key)), code
 end
 
@@ -402,6 +407,13 @@ end
 
 -- After a refused first attempt (pttl, where: the holder's), attempts
 -- until `wait` ms have passed since start (attempts: how many were made).
+-- A Redlock attempt that reached no majority because servers failed
+-- (code "no quorum"; quorum.acquire has taken back what it got) is tried
+-- again the same way, with no holder's pttl to bound the delay (failure:
+-- the message of such a first attempt, pttl -1); at the deadline the last
+-- attempt's failure is the answer, naming each server and what it said.
+-- why: why the last refusal was not a plain "locked" (Redlock: split
+-- votes, too slow), said with the timeout.
 -- Between attempts it blocks until the holder's release hands it the lock
 -- or wakes it (strategy.wait, opts.notify) or sleeps retry_delay plus
 -- jitter; either way never past the holder's expiry (the reply's pttl) nor
@@ -416,7 +428,7 @@ end
 -- connection if the server is late (redlock.notify). Leaving the queue
 -- learns of a hand-off that came meanwhile, so a release at the last
 -- moment still hands over.
-local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts)
+local function retry(client, key, o, wait, renew, token, start, pttl, where, attempts, failure, why)
     local hook = o.on_event
     local strategy, ttl, unfenced, rep = o.kind or client.strategy, o.ttl, not o.fence, o.rep
     local wait_for = o.notify and strategy.wait
@@ -494,8 +506,8 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                 -- how long its next block lasts at most (at least 1 ms): its place
                 -- in the queue lasts that long (and a second) without a new attempt
                 if notified then waiting = ms_string(max(1, min(RECHECK_MS, ceil(deadline - t0)))) end
-                local ok, v2, where2 = strategy.acquire(client, key, token, ttl, waiting, handoff, unfenced,
-                    rep, hook)
+                local ok, v2, where2, why2 = strategy.acquire(client, key, token, ttl, waiting, handoff,
+                    unfenced, rep, hook)
                 attempts = attempts + 1
                 local took = now() - t0
                 if rtt == 0 or took < rtt then rtt = took end
@@ -505,7 +517,10 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
                         taken(client, key, token, v2, o, renew, t0, where2))
                 end
                 if ok == false then
-                    v, where, t_refused = v2, where2, t0
+                    v, where, t_refused, why, failure = v2, where2, t0, why2, nil
+                elseif where2 == "no quorum" then
+                    -- (servers failed: no holder's pttl to wait for)
+                    v, failure = -1, v2
                 elseif not (where2 == "server" and find(v2, "TRYAGAIN", 1, true)) then
                     local lock = waiting and leave(client, key, token, o, renew, t_refused)
                     if lock then return ended(client, o, key, start, attempts, lock) end
@@ -520,8 +535,13 @@ local function retry(client, key, o, wait, renew, token, start, pttl, where, att
             -- the queue expires (releases would keep choosing it)
             local lock = waiting and leave(client, key, token, o, renew, t_refused)
             if lock then return ended(client, o, key, start, attempts, lock) end
+            if failure then
+                return ended(client, o, key, start, attempts,
+                    failed(key, failure, "no quorum", wait, attempts))
+            end
             local err, code = format("timeout: waited %d ms for %s, held by another owner on %s",
                 floor(wait), show_key(key), where), "timeout"
+            if why then err = err .. " (the last attempt: " .. why .. ")" end
             return ended(client, o, key, start, attempts, nil, err, code)
         end
     end
@@ -569,8 +589,14 @@ local function acquire(client, key, o, wait, renew)
         end
         return ended(client, o, key, start, 1, taken(client, key, token, v, o, renew, since or start, where))
     end
-    if ok == nil then return ended(client, o, key, start, 1, failed(key, v, where)) end
-    if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1) end
+    if ok == nil then
+        -- (Redlock: servers failed, not a holder; tried again within wait)
+        if where == "no quorum" and wait > 0 then
+            return retry(client, key, o, wait, renew, token, start, -1, nil, 1, v)
+        end
+        return ended(client, o, key, start, 1, failed(key, v, where))
+    end
+    if wait > 0 then return retry(client, key, o, wait, renew, token, start, v, where, 1, nil, why) end
     -- a strategy may say why other than "locked" (Redlock: no quorum)
     if why then
         return ended(client, o, key, start, 1, nil, format("%s (acquiring %s)", why, show_key(key)), why_code)

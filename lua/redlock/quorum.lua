@@ -164,13 +164,27 @@ local function ask(client, list, timeout, name, interpret, seq, rep, ...)
     return st, v, codes, flags, acked
 end
 
--- Connection failures (timeouts included) put a server in back-off.
-local function mark_down(client, list, st, codes, t)
+-- "what" of one server's failure, without the code word and the server's
+-- name that the message repeats.
+local function failure_text(server, msg, code, flag)
+    local name = server.name
+    local at = find(msg, name .. ": ", 1, true)
+    local rest = at and sub(msg, at + #name + 2) or msg
+    if flag == "timeout" then return rest end
+    if code == "connection" then return "error: " .. rest end
+    return "error: " .. code .. ": " .. rest
+end
+
+-- Connection failures (timeouts included) put a server in back-off; what
+-- failed is kept for the messages that say it was skipped.
+local function mark_down(client, list, st, v, codes, flags, t)
     local backoff = client.opts.server_backoff
     if backoff <= 0 then return end
     for j, i in ipairs(list) do
         if st[j] == nil and codes[j] == "connection" then
-            client.servers[i].down_until = t + backoff
+            local server = client.servers[i]
+            server.down_until = t + backoff
+            server.down_why = failure_text(server, v[j], codes[j], flags[j])
         end
     end
 end
@@ -197,17 +211,6 @@ local LOCK = {
     extend_script = OPS.extend.script, extend_args = OPS.extend.quorum_args,
 }
 
--- "NAME: what" for one server's failure, without the code word and the name
--- that the message repeats.
-local function failure(server, msg, code, flag)
-    local name = server.name
-    local at = find(msg, name .. ": ", 1, true)
-    local rest = at and sub(msg, at + #name + 2) or msg
-    if flag == "timeout" then return name .. ": " .. rest end
-    if code == "connection" then return name .. ": error: " .. rest end
-    return name .. ": error: " .. code .. ": " .. rest
-end
-
 -- Per-server detail for a message, in server order.
 local function details(client, list, skipped, st, v, codes, flags, yes, no, t)
     local servers, out = client.servers, {}
@@ -222,14 +225,14 @@ local function details(client, list, skipped, st, v, codes, flags, yes, no, t)
                 text = text .. (v[j] >= 0 and format(" (expires in %d ms)", v[j]) or " (no ttl)")
             end
         else
-            text = failure(server, v[j], codes[j], flags[j])
+            text = server.name .. ": " .. failure_text(server, v[j], codes[j], flags[j])
         end
         out[i] = text
     end
     for _, i in ipairs(skipped or {}) do
         local server = servers[i]
-        out[i] = format("%s: skipped, it failed recently (next try in %d ms)", server.name,
-            max(0, floor(server.down_until - t)))
+        out[i] = format("%s: skipped, it failed recently (%s; next try in %d ms)", server.name,
+            server.down_why, max(0, floor(server.down_until - t)))
     end
     local list2 = {}
     for i = 1, #servers do list2[#list2 + 1] = out[i] end
@@ -269,7 +272,7 @@ local function sync_fence(client, key, live, st, fence, timeout)
     local fst, fv, fcodes, fflags = ask(client, granted, timeout, "fence_raise", number_reply,
         function(server) return legacy.raise_fence(server, fence_key(key, client.slot_fences), fence) end,
         nil, 1, fence_key(key, client.slot_fences), format("%d", fence))
-    mark_down(client, granted, fst, fcodes, now())
+    mark_down(client, granted, fst, fv, fcodes, fflags, now())
     return (count(granted, fst)), details(client, granted, nil, fst, fv, fcodes, fflags, "took it", "", now())
 end
 
@@ -279,7 +282,7 @@ local function release_on(client, list, key, token, timeout, op)
     local st, v, codes, flags = ask(client, list, timeout, op.release_script, op.release_reply,
         op.cannot or function(server) return server:release(key, token) end, nil,
         op.release_args(key, token, fence_key(key, client.slot_fences)))
-    mark_down(client, list, st, codes, now())
+    mark_down(client, list, st, v, codes, flags, now())
     return st, v, codes, flags
 end
 
@@ -336,7 +339,7 @@ local function acquire(op, client, key, token, ttl, unfenced, rep, hook)
         o.cannot or function(server) return server:acquire(key, token, ttl, nil, nil, unfenced, rep) end,
         rep, o.acquire_args(key, token, ttl_s, unfenced, fence_key(key, client.slot_fences)))
     local t1 = now()
-    mark_down(client, live, st, codes, t1)
+    mark_down(client, live, st, v, codes, flags, t1)
     failed_servers(client, live, st, v, codes, key, hook)
     for j, i in ipairs(live) do
         -- a server met for the first time: can it evict a held lock? (once)
@@ -447,7 +450,7 @@ local function extend(op, client, key, token, ttl, rep)
         o.cannot or function(server) return server:extend(key, token, ttl, rep) end,
         rep, o.extend_args(key, token, format("%d", ttl)))
     local t1 = now()
-    mark_down(client, live, st, codes, t1)
+    mark_down(client, live, st, v, codes, flags, t1)
     local ok, where, code = outcome(client, live, skipped, st, v, codes, flags, "extended", t1)
     if ok then
         local elapsed = t1 - t0
@@ -522,7 +525,7 @@ for name, op in pairs(lock_ops.list) do
             local st, v, codes, flags = ask(client, live, _M.server_timeout(client, client.opts.ttl), script,
                 flag_reply, seq, nil, args(client, key, token, ...))
             local t = now()
-            mark_down(client, live, st, codes, t)
+            mark_down(client, live, st, v, codes, flags, t)
             return outcome(client, live, skipped, st, v, codes, flags, what, t)
         end
     end
