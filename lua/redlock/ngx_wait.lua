@@ -107,11 +107,11 @@ end
 -- the worker's first waiter, may belong to another client), even if the
 -- request's cleanup closed its client (Server:owing).
 -- A waiter taken for gone may still resume (woken, then the worker stalled
--- past a tick before it ran): see reclaim. e.giving_back: "pending" (the
--- timer not started: the waiter may call it off, "reclaimed"), "giving"
--- (under way: the waiter waits for its end, as its next attempt would
--- otherwise find its own token and take the lock that the give-back then
--- releases), "given".
+-- past a tick before it ran): see reclaim. e.giving_back is "pending" while
+-- the timer has not started (the waiter may call it off: "reclaimed"),
+-- "giving" while it runs (the waiter waits for its end, as its next attempt
+-- would otherwise find its own token and take the lock that the give-back
+-- then releases), then "given".
 local function give_back_of(server, key, token, give_back)
     local scripted = require "redlock.scripted"
     if scripted.give_up(server, key, token, nil, true) then
