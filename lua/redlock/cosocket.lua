@@ -120,9 +120,10 @@ local Conn = {}
 Conn.__index = Conn
 
 function Conn:command(...) return command(self.server, ...) end
--- core.conn's command_kept (legacy mode's steps after WATCH): over a
--- cosocket a WATCH..EXEC keeps its connection pinned, and a lost one is
--- never replaced by a new one (redlock.ngx_conn's attempt)
+-- core.conn's command_kept (legacy mode's steps after a sequence's
+-- first): over a cosocket a WATCH..EXEC keeps its connection pinned from
+-- WATCH on, and legacy mode stops at a step that fails. (Legacy's bare
+-- recipe, without WATCH, pins nothing: its steps take pooled connections.)
 function Conn:command_kept(...)
     local server = self.server
     if not server.closed and not yieldable() then return fallback(server).conn:command_kept(...) end

@@ -150,7 +150,7 @@ local function cmd(server, ...)
 end
 
 local function unwatch(server)
-    if server.conn:connected() then server.conn:command("UNWATCH") end
+    if server.conn:connected() then server.conn:command_kept("UNWATCH") end
 end
 
 -- The wait for another holder whose value is not ours to read: the
@@ -214,13 +214,13 @@ local function transact(server, cmds)
     for i = 1, #cmds do
         r, err, code = conn:command_kept(unpack(cmds[i]))
         if r == nil then
-            if conn:connected() then conn:command("DISCARD") end
+            if conn:connected() then conn:command_kept("DISCARD") end
             return nil, err, code, cmds[i][1]
         end
     end
     r, err, code = conn:command_kept("EXEC")
     if r == nil then
-        if conn:connected() then conn:command("DISCARD") end
+        if conn:connected() then conn:command_kept("DISCARD") end
         return nil, err, code, "EXEC"
     end
     if r == null then return r end

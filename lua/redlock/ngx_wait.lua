@@ -119,10 +119,17 @@ local function give_back_of(server, key, token, give_back)
     end
 end
 
-local function abandon(e, token)
+-- A hand-off to a token given back is void from then on (sub.voided, for
+-- REMEMBER_MS or two): its message may still come after the give-back
+-- (another connection's), and a waiter that resumed late and tries again
+-- with that token must not take a lock passed on meanwhile. A waiter whose
+-- lock is really handed later finds it by its next attempt (ACQUIRE finds
+-- its own token).
+local function abandon(sub, e, token)
     local server, key, give_back = e.server:owing(), e.key, e.give_back
+    sub.handed[token], sub.handed_old[token], sub.voided[token] = nil, nil, true
     e.giving_back = "pending"
-    ngx.timer.at(0, function()
+    local started, terr = ngx.timer.at(0, function()
         if e.giving_back ~= "pending" then return end
         e.giving_back = "giving"
         local ok, err = pcall(give_back_of, server, key, token, give_back)
@@ -130,6 +137,11 @@ local function abandon(e, token)
         if e.given then e.given:post(1) end
         if not ok then ngx.log(ngx.ERR, "redlock: giving back a lock of a request that ended: ", err) end
     end)
+    if not started then
+        -- (worker exiting, or too many timers: the lock waits for its ttl)
+        e.giving_back, sub.voided[token] = nil, nil
+        ngx.log(ngx.ERR, "redlock: giving back a lock of a request that ended: ", terr)
+    end
 end
 
 -- A waiter that resumed after abandon took it for gone: true when the
@@ -137,9 +149,10 @@ end
 -- give-back ran (the lock went on; this waiter tries again). One under
 -- way is waited for: its round trips are bounded by the server's timeouts,
 -- and it ends "given" even when it raises (abandon's pcall).
-local function reclaim(e)
+local function reclaim(sub, e, token)
     if e.giving_back == "pending" then
         e.giving_back = "reclaimed"
+        sub.voided[token], sub.voided_old[token] = nil, nil
         return true
     end
     while e.giving_back == "giving" do
@@ -153,6 +166,7 @@ local function rotate(sub, t)
     if t - sub.swapped_at > REMEMBER_MS then
         sub.woken_old, sub.woken = sub.woken, {}
         sub.handed_old, sub.handed = sub.handed, {}
+        sub.voided_old, sub.voided = sub.voided, {}
         sub.swapped_at = t
     end
 end
@@ -164,6 +178,8 @@ local function on_message(sub, payload)
     local t = now()
     rotate(sub, t)
     local token, element = match(payload, "^(%x+) (%d+ %d+)$")
+    -- (a token given back: its hand-offs are void, see abandon)
+    if token and (sub.voided[token] or sub.voided_old[token]) then token = nil end
     if token then
         local e = sub.tokens[token]
         if e and e.blocked then
@@ -176,7 +192,7 @@ local function on_message(sub, payload)
                 return post(e, t)
             end
             sub.tokens[token] = nil
-            return abandon(e, token)
+            return abandon(sub, e, token)
         end
         -- its waiter has not come to wait yet (or is between two waits)
         sub.handed[token] = element
@@ -203,7 +219,7 @@ local function sweep(sub)
     for token, e in pairs(sub.tokens) do
         if gone(e, t) then
             sub.tokens[token] = nil
-            abandon(e, token)
+            abandon(sub, e, token)
         elseif not e.blocked and t - e.touched > pubsub.TICK_MS then
             sub.tokens[token] = nil
         end
@@ -271,7 +287,7 @@ local function subscriber(server)
             -- server and give_back (its own, and its kind's release: see
             -- abandon);
             -- and hand-offs that came before their waiter waited
-            tokens = {}, handed = {}, handed_old = {},
+            tokens = {}, handed = {}, handed_old = {}, voided = {}, voided_old = {},
             -- posted when the sentinels announce a failover: the tick comes at once
             wake = server.sentinel and require("ngx.semaphore").new() or nil }
         subscribers[id] = sub
@@ -303,7 +319,8 @@ end
 -- when a release handed it, else true (woken, or ms passed).
 local function wait_handed(server, sub, key, ms, since, token, give_back)
     local refused_at = refused_at_of(server) -- (this request's: nothing yielded since)
-    local element = sub.handed[token] or sub.handed_old[token]
+    local void = sub.voided[token] or sub.voided_old[token]
+    local element = not void and (sub.handed[token] or sub.handed_old[token])
     if element then
         sub.handed[token], sub.handed_old[token] = nil, nil
         return "handed", handed(server, element, refused_at)
@@ -322,7 +339,7 @@ local function wait_handed(server, sub, key, ms, since, token, give_back)
     e.blocked, e.touched = false, now()
     element = e.element
     -- (taken for gone as it resumed late: its hand-off only if called back)
-    if e.giving_back and not reclaim(e) then return true end
+    if e.giving_back and not reclaim(sub, e, token) then return true end
     if element then
         sub.tokens[token] = nil
         return "handed", handed(server, element, refused_at)
