@@ -37,15 +37,7 @@ describe("Redlock over 5 servers", function()
     end
 
     -- Brings back every server a test killed or froze.
-    local function heal()
-        for i = 1, N do
-            local s = servers[i]
-            s:thaw()
-            if not helper.alive(s.pid) then s:restart() end
-            data[i]:close()
-            data[i] = core.conn(s:spec())
-        end
-    end
+    local function heal() helper.heal(servers, data) end
 
     setup(function()
         for i = 1, N do

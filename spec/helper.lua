@@ -797,6 +797,18 @@ end
 
 --- Whether cond() becomes true within ms (looked at every 20 ms, and once
 -- more at the end).
+--- Brings back every server of the list that a test killed or froze, and
+-- makes data[i], a core.conn to servers[i], afresh.
+function _M.heal(servers, data)
+    local core = require "redlock.core" -- (the helper itself loads no module)
+    for i, s in ipairs(servers) do
+        s:thaw()
+        if not _M.alive(s.pid) then s:restart() end
+        data[i]:close()
+        data[i] = core.conn(s:spec())
+    end
+end
+
 function _M.eventually(ms, cond)
     local core = require "redlock.core" -- (the helper itself loads no module)
     local deadline = core.now() + ms

@@ -48,16 +48,15 @@ end
 -- operations run here directly: redlock.lua's uncontended request of a
 -- script-mode server, a kind's own script.)
 function _M.acquired(server, ok, v, code)
-    if ok then return true, v, code end
-    if ok == false then return false, v, server:where() end
-    return server:noted(ok, v, code)
+    if ok == nil then return server:noted(ok, v, code) end
+    return taken(server, ok, v, code)
 end
 
 --- The same for a release.
 function _M.released(server, ok, err, code)
     if ok then return true end
-    if ok == false then return false, server:where() end
-    return server:noted(ok, err, code)
+    if ok == nil then return server:noted(ok, err, code) end
+    return flag(server, ok)
 end
 
 -- Every operation of redlock.ops: the server's method, its answer read as
