@@ -8,29 +8,44 @@ LUA         ?= $(LUA_PC)
 LUA_INCDIR  := $(firstword $(wildcard $(if $(filter jit,$(LUA_VERSION)),/usr/include/luajit-2.1 \
 	/usr/include/luajit-2.0) /usr/include/$(LUA_PC)) /usr/include/$(LUA_PC))
 LUA_CFLAGS  ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR))
+# The library's name, for the test programs and fuzz targets that link Lua
+# (the core does not): Debian's LuaJIT is libluajit-5.1.so.
+LUA_LIBNAME := $(if $(filter jit,$(LUA_VERSION)),luajit-5.1,lua$(LUA_VERSION))
+LUA_LIBS    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_LIBNAME))
 HIREDIS_LIBS ?= $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 SSL_LIBS    ?= $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 BUILD       ?= build
 CC          ?= cc
 CFLAGS      ?= -O2 -g
 WARN        := -std=c99 -Wall -Wextra -Werror -pedantic -Wno-overlength-strings
-SRCS        := $(wildcard csrc/*.c)
-HDRS        := $(wildcard csrc/*.h)
+# The C core by layer (docs/development.md, Layout): the module and what
+# every layer shares in csrc/, then protocol/, topology/, connection/ and
+# drivers/; every folder is on the include path.
+CSRC_DIRS   := csrc csrc/protocol csrc/topology csrc/connection csrc/drivers
+CSRC_INC    := $(addprefix -I,$(CSRC_DIRS))
+SRCS        := $(foreach d,$(CSRC_DIRS),$(wildcard $(d)/*.c))
+HDRS        := $(foreach d,$(CSRC_DIRS),$(wildcard $(d)/*.h))
 CORE        := $(BUILD)/redlock/core.so
 # The Redis scripts: scripts/NAME.lua (parts in scripts/parts/), embedded
-# by tools/embed.sh into $(GEN_H), which csrc/script.c includes (and
+# by tools/embed.sh into $(GEN_H), which csrc/protocol/script.c includes (and
 # $(GEN)/scripts/, the composed scripts make lint checks).
 GEN         := $(BUILD)/gen
 GEN_H       := $(GEN)/scripts_gen.h
 SCRIPTS     := $(wildcard scripts/*.lua scripts/parts/*.lua)
 
-.PHONY: all deps build build-jit test check demo clean lint fuzz fuzz-build docs \
+.PHONY: all deps build build-tests build-jit dist test check demo clean lint fuzz fuzz-build docs \
 	bench bench-deps bench-instructions bench-client-instructions bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas \
-	bench-sentinel bench-bins \
-	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers
+	bench-sentinel bench-bins bench-report \
+	test-unit test-lint test-m32 test-sanitize test-valgrind test-fuzz-smoke test-matrix test-servers \
+	torture test-torture-smoke
 all: build
-build: $(CORE) $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
-	$(BUILD)/tests/topo_test $(BUILD)/tests/switch_proxy
+# What a user needs: the core (`luarocks make` builds it too).
+build: $(CORE)
+# What the specs need besides (spec/01, 04, 06, 22): the test targets
+# build it.
+build-tests: $(BUILD)/tests/token_fork $(BUILD)/tests/encode_bound $(BUILD)/tests/forktest.so \
+	$(BUILD)/tests/topo_test $(BUILD)/tests/switch_proxy $(BUILD)/tests/hold_proxy
+test check test-unit test-valgrind test-servers: build-tests
 
 # (the directories too: a script added or removed changes them)
 $(GEN_H): $(SCRIPTS) scripts scripts/parts tools/embed.sh
@@ -39,48 +54,60 @@ $(GEN_H): $(SCRIPTS) scripts scripts/parts tools/embed.sh
 # `luarocks make` builds this too (redlock-scm-1.rockspec, BUILD=build/rock)
 $(CORE): $(SRCS) $(HDRS) $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) -I$(GEN) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread -fPIC -fvisibility=hidden $(LUA_CFLAGS) $(CSRC_INC) -I$(GEN) -shared -o $@ $(SRCS) $(HIREDIS_LIBS) $(SSL_LIBS) $(LDFLAGS)
 
 # A C program for spec/01: tokens after fork() (see csrc/token.h).
 $(BUILD)/tests/token_fork: spec/c/token_fork.c csrc/token.c csrc/token.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -pthread -Icsrc -o $@ spec/c/token_fork.c csrc/token.c $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -pthread $(CSRC_INC) -o $@ spec/c/token_fork.c csrc/token.c $(LDFLAGS)
 
 # A C program for spec/01: the encoder's size check, with made-up lengths.
-$(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/resp.c csrc/resp.h
+$(BUILD)/tests/encode_bound: spec/c/encode_bound.c csrc/protocol/resp.c csrc/protocol/resp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Icsrc -o $@ spec/c/encode_bound.c csrc/resp.c $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) $(CSRC_INC) -o $@ spec/c/encode_bound.c csrc/protocol/resp.c $(LDFLAGS)
 
 # A C program for spec/01: the topology core fed replies, no sockets.
-LUA_LIBS    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_PC))
-TOPO_SRCS   := csrc/topo.c csrc/slot.c
-$(BUILD)/tests/topo_test: spec/c/topo_test.c $(TOPO_SRCS) csrc/topo.h csrc/slot.h csrc/defaults.h
+TOPO_SRCS   := csrc/topology/topo.c csrc/topology/wait.c csrc/protocol/slot.c csrc/protocol/resp.c \
+	csrc/error.c
+$(BUILD)/tests/topo_test: spec/c/topo_test.c $(TOPO_SRCS) csrc/topology/topo.h csrc/topology/wait.h \
+	csrc/protocol/slot.h csrc/protocol/resp.h csrc/defaults.h csrc/error.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(LUA_CFLAGS) -Icsrc -o $@ spec/c/topo_test.c $(TOPO_SRCS) $(HIREDIS_LIBS) $(LUA_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) $(LUA_CFLAGS) $(CSRC_INC) -o $@ spec/c/topo_test.c $(TOPO_SRCS) $(HIREDIS_LIBS) $(LUA_LIBS) $(LDFLAGS)
 
 # A C program for spec/22: a proxy that moves its clients to another
 # server, their connections kept.
-$(BUILD)/tests/switch_proxy: spec/c/switch_proxy.c
+$(BUILD)/tests/switch_proxy: spec/c/switch_proxy.c spec/c/proxy_io.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ spec/c/switch_proxy.c $(LDFLAGS)
+
+# A C program for spec/26: a proxy that holds back what clients send on
+# some connections, then forwards it late.
+$(BUILD)/tests/hold_proxy: spec/c/hold_proxy.c spec/c/proxy_io.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ spec/c/hold_proxy.c $(LDFLAGS)
 
 # A Lua module for spec/04: fork() a process that has used a client.
 $(BUILD)/tests/forktest.so: spec/c/forktest.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -fPIC $(LUA_CFLAGS) -shared -o $@ spec/c/forktest.c $(LDFLAGS)
 
+# What make test needs from Debian (all but bench's and docs');
+# deps-TARGET: one target's (which needs which: sh tools/deps.sh --list).
 deps:
 	@sh tools/deps.sh
+deps-%:
+	@sh tools/deps.sh $*
 
-# Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4, lint,
-# the C at 32 bits, the specs against an ASan+UBSan build, the core's specs
-# under valgrind, a short fuzz run, the specs under every interpreter
-# (test-matrix), and against every server build (test-servers).
-# Ends with "N passed, M failed".
+# Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4 against
+# an ASan+UBSan build, the core's specs under valgrind, the C at 32 bits, a
+# short fuzz run, lint, the specs under the other interpreters
+# (test-matrix), and against every server build (test-servers); 7 to 10
+# minutes on 2 cores. Ends with "N passed, M failed".
 test: deps build build-jit
 	@sh tools/test-all.sh
 
-# Just the specs under Lua 5.4: the quick check while developing.
+# Just the specs under Lua 5.4, 6 files at once (JOBS=N for more or fewer):
+# the quick check while developing, 2 to 3 minutes.
 check test-unit: deps build build-jit
 	@sh spec/run.sh
 
@@ -93,10 +120,12 @@ test-m32: deps $(GEN_H)
 	@CC="$(CC)" WARN="$(WARN)" BUILD="$(BUILD)" GEN="$(GEN)" sh tools/test-m32.sh
 
 # The specs against an ASan+UBSan build of the core, loaded into the stock
-# lua5.4 with the sanitizer runtimes preloaded; leaks are errors.
+# lua5.4 with the sanitizer runtimes preloaded; leaks are errors. (The
+# default build too: spec/74's client under libfaketime, which cannot run
+# beside those runtimes, loads it.)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-test-sanitize: deps build-jit
-	@$(MAKE) -s BUILD=build/sanitize CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" build
+test-sanitize: deps build build-jit
+	@$(MAKE) -s BUILD=build/sanitize CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" build build-tests
 	@REDLOCK_BUILD=build/sanitize \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -113,22 +142,27 @@ test-valgrind: deps build
 # libFuzzer targets (clang): the RESP reply conversion and the URL parser.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-LUA_LIB ?= -llua$(LUA_VERSION)
 fuzz-build: $(BUILD)/fuzz/reply_fuzz $(BUILD)/fuzz/url_fuzz
-$(BUILD)/fuzz/reply_fuzz: fuzz/reply_fuzz.c csrc/reply.c csrc/reply.h csrc/compat.h
+$(BUILD)/fuzz/reply_fuzz: fuzz/reply_fuzz.c csrc/protocol/reply.c csrc/protocol/reply.h csrc/compat.h
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -o $@ fuzz/reply_fuzz.c csrc/reply.c $(LUA_LIB) $(HIREDIS_LIBS)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) $(CSRC_INC) -o $@ fuzz/reply_fuzz.c csrc/protocol/reply.c $(LUA_LIBS) $(HIREDIS_LIBS)
 $(BUILD)/fuzz/url_fuzz: fuzz/url_fuzz.c csrc/compat.h csrc/defaults.c csrc/defaults.h
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c csrc/defaults.c $(LUA_LIB)
+	clang $(FUZZ_FLAGS) $(LUA_CFLAGS) -DREDLOCK_LUA_DIR='"$(CURDIR)/lua"' -o $@ fuzz/url_fuzz.c csrc/defaults.c $(LUA_LIBS)
 fuzz: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh $(FUZZ_SECONDS)
 test-fuzz-smoke: deps fuzz-build
 	@BUILD=$(BUILD) sh tools/fuzz.sh 15
 
+# The source rock of redlock.VERSION and a manifest, in $(BUILD)/dist:
+# `luarocks install --only-server=$(BUILD)/dist redlock` (tools/dist.sh).
+dist: deps-dist
+	@sh tools/dist.sh $(BUILD)/dist
+
 # The core for nginx's LuaJIT, which spec/41-openresty_spec.lua loads.
+JIT_BUILD   ?= build/jit
 build-jit:
-	@$(MAKE) --no-print-directory LUA_VERSION=jit BUILD=build/jit build
+	@$(MAKE) --no-print-directory LUA_VERSION=jit BUILD=$(JIT_BUILD) build
 
 # Every spec under Lua 5.1, 5.2, 5.3, 5.4 and LuaJIT, each with its own
 # build/<version>/; ends with one combined "N passed, M failed".
@@ -141,8 +175,25 @@ test-matrix: deps
 test-servers: deps build
 	@sh tools/test-servers.sh
 
-demo: deps build
+demo: deps-demo build
 	@sh examples/demo.sh
+
+# The randomized fault run (torture/run.sh): a workload, a nemesis and a
+# checker over the whole history, per mode (MODE: one, replicas,
+# sentinel, cluster, redlock, legacy, nginx, a comma-separated list, or
+# all), DURATION seconds each, SEED drawn when not given (printed:
+# `make torture SEED=... MODE=... DURATION=...` replays the schedule).
+# Writes the results table of docs/guarantees.md when DURATION >= 600
+# (RECORD=1 or 0 says otherwise). Needs root (network namespaces).
+torture: deps build build-jit
+	@SEED="$(SEED)" MODE="$(MODE)" DURATION="$(DURATION)" RECORD="$(RECORD)" sh torture/run.sh
+
+# The seeded smoke of it that `make test` runs: every mode once, briefly
+# (skipped, in one line, without ../shared's servers, libfaketime or root).
+TORTURE_SMOKE_SEED ?= 45
+TORTURE_SMOKE_SECONDS ?= 12
+test-torture-smoke: deps build build-jit
+	@TORTURE_SKIP_MISSING=1 SEED=$(TORTURE_SMOKE_SEED) MODE=all DURATION=$(TORTURE_SMOKE_SECONDS) RECORD=0 sh torture/run.sh
 
 # Benchmarks: never part of `make test`. Other benchmark targets join by
 # adding themselves to BENCH_EXTRA; plain cases go in bench/cases/ instead.
@@ -150,12 +201,12 @@ FLOOR       := $(BUILD)/bench/floor
 BENCH_BIN   := $(BUILD)/bench
 BENCH_EXTRA ?= bench-redlock bench-contended bench-nginx bench-nginx-uncontended bench-server bench-tls bench-cluster bench-replicas
 
-$(FLOOR): bench/floor.c csrc/scripts.h $(GEN_H) Makefile
+$(FLOOR): bench/floor.c csrc/protocol/scripts.h $(GEN_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -I$(GEN) -Icsrc -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
+	$(CC) $(WARN) $(CFLAGS) -I$(GEN) $(CSRC_INC) -o $@ bench/floor.c $(HIREDIS_LIBS) $(LDFLAGS)
 
-bench-deps: deps
-	@PACKAGES="gnuplot-nox" sh tools/deps.sh
+bench-deps:
+	@sh tools/deps.sh bench
 
 # LUA_VERSION=jit BUILD=build/jit: the same cases under LuaJIT. Every case
 # against the floor in two regimes (server on CPU 1 and client on CPU 0;
@@ -165,10 +216,17 @@ bench: bench-deps build $(FLOOR)
 	@LUA="$(LUA)" REDLOCK_BUILD="$(BUILD)" REDLOCK_FLOOR="$(FLOOR)" sh bench/run.sh $(BENCH_ARGS)
 	@for t in $(BENCH_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
 
+# The benchmarks whose figures README.md and docs/benchmarks.md show, run,
+# and their tables written there (tools/bench-report.sh: 15-20 minutes;
+# REPORT="contended nginx" runs only those, the others' figures kept in
+# bench/figures/).
+bench-report: bench-deps build build-jit $(FLOOR)
+	@sh tools/bench-report.sh $(REPORT)
+
 # The HTML reference from the LDoc comments (config.ld), into doc/html
 # (git-ignored). Debian's ldoc needs lua-discount for markdown.
 docs:
-	@PACKAGES="lua-ldoc lua-discount" sh tools/deps.sh
+	@sh tools/deps.sh docs
 	ldoc --fatalwarnings .
 
 # The redis-server's instructions per uncontended cycle, under callgrind:

@@ -28,9 +28,9 @@ external_dependencies = {
    },
 }
 build = {
-   -- The Makefile builds the core (csrc/*.c with the Redis scripts of
-   -- scripts/, which tools/embed.sh embeds at build time: a builtin build
-   -- cannot run it); the rest is copied. No -Werror here: a newer
+   -- The Makefile builds the core (the C files of csrc/, with the Redis
+   -- scripts of scripts/, which tools/embed.sh embeds at build time: a
+   -- builtin build cannot run it); the rest is copied. No -Werror here: a newer
    -- compiler's new warning must not stop an install.
    type = "make",
    build_target = "build/rock/redlock/core.so",
@@ -39,8 +39,8 @@ build = {
       CFLAGS = "$(CFLAGS) -I$(HIREDIS_INCDIR) -I$(OPENSSL_INCDIR)",
       WARN = "-std=c99",
       LUA_CFLAGS = "-I$(LUA_INCDIR)",
-      -- ssl, crypto: TLS (csrc/tls.c); the Makefile adds -pthread (the
-      -- renewal thread, csrc/renew.c)
+      -- ssl, crypto: TLS (csrc/connection/tls.c); the Makefile adds -pthread (the
+      -- renewal thread, csrc/drivers/renew.c)
       HIREDIS_LIBS = "-L$(HIREDIS_LIBDIR) -lhiredis",
       SSL_LIBS = "-L$(OPENSSL_LIBDIR) -lssl -lcrypto",
    },
@@ -48,6 +48,7 @@ build = {
    install = {
       lua = {
          redlock = "lua/redlock.lua",
+         ["redlock.acquire"] = "lua/redlock/acquire.lua",
          ["redlock.cli"] = "lua/redlock/cli.lua",
          ["redlock.cli.args"] = "lua/redlock/cli/args.lua",
          ["redlock.cli.codes"] = "lua/redlock/cli/codes.lua",
@@ -61,12 +62,14 @@ build = {
          ["redlock.notify"] = "lua/redlock/notify.lua",
          ["redlock.ops"] = "lua/redlock/ops.lua",
          ["redlock.options"] = "lua/redlock/options.lua",
+         ["redlock.addresses"] = "lua/redlock/addresses.lua",
          ["redlock.cosocket"] = "lua/redlock/cosocket.lua",
-         ["redlock.ngx_sentinel"] = "lua/redlock/ngx_sentinel.lua",
-         ["redlock.ngx_pubsub"] = "lua/redlock/ngx_pubsub.lua",
-         ["redlock.ngx_wait"] = "lua/redlock/ngx_wait.lua",
-         ["redlock.ngx_cluster"] = "lua/redlock/ngx_cluster.lua",
-         ["redlock.ngx_conn"] = "lua/redlock/ngx_conn.lua",
+         ["redlock.nginx.cosocket"] = "lua/redlock/nginx/cosocket.lua",
+         ["redlock.nginx.sentinel"] = "lua/redlock/nginx/sentinel.lua",
+         ["redlock.nginx.pubsub"] = "lua/redlock/nginx/pubsub.lua",
+         ["redlock.nginx.wait"] = "lua/redlock/nginx/wait.lua",
+         ["redlock.nginx.cluster"] = "lua/redlock/nginx/cluster.lua",
+         ["redlock.nginx.conn"] = "lua/redlock/nginx/conn.lua",
          ["redlock.quorum"] = "lua/redlock/quorum.lua",
          ["redlock.replicas"] = "lua/redlock/replicas.lua",
          ["redlock.scripted"] = "lua/redlock/scripted.lua",

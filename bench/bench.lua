@@ -23,6 +23,7 @@
 -- Exits 1 when a run fails or its commands differ from the declared ones;
 -- timing targets are reported, and fail the exit status only with --strict.
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 
 local FLOOR = os.getenv("REDLOCK_FLOOR") or "build/bench/floor"
 local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
@@ -356,11 +357,17 @@ for _, def in ipairs(cases) do
         if speed_min and row.speed then
             verdict[#verdict + 1] = row.speed >= speed_min and "ok" or "BELOW TARGET"
             targets[#targets + 1] = format("speed >= %.2f", speed_min)
+            report.target(format("%s, %s: speed against %s", def.title, regime,
+                def.floor == "textbook" and "the textbook lock" or "its C floor"), format("%.2f", row.speed),
+                format(">= %.2f", speed_min), row.speed >= speed_min, def.headline)
         end
         local inside_max = target_for(t.inside_max, regime)
         if inside_max and row.inside_ratio then
             verdict[#verdict + 1] = row.inside_ratio <= inside_max and "ok" or "BELOW TARGET"
             targets[#targets + 1] = format("in commands <= %.2fx", inside_max)
+            report.target(format("%s, %s: time inside commands", def.title, regime),
+                format("%.2fx", row.inside_ratio), format("<= %.2fx", inside_max),
+                row.inside_ratio <= inside_max, def.headline and regime ~= "shared")
         end
         if def.compare then
             local other = by_id[def.compare.id]
@@ -374,6 +381,8 @@ for _, def in ipairs(cases) do
                         local ok = row.compare >= def.compare.speed_min
                         verdict[#verdict + 1] = ok and "ok" or "BELOW TARGET"
                         targets[#targets + 1] = format("%s/time >= %.2f", other.id, def.compare.speed_min)
+                        report.target(format("%s, %s: %s's time / this", def.title, regime, other.id),
+                            format("%.2f", row.compare), format(">= %.2f", def.compare.speed_min), ok)
                     end
                 else
                     row.compare = paired(res.case.ns, ores.case.ns)
@@ -381,6 +390,9 @@ for _, def in ipairs(cases) do
                     if def.compare.max and row.compare then
                         verdict[#verdict + 1] = row.compare <= def.compare.max and "ok" or "BELOW TARGET"
                         targets[#targets + 1] = format("time <= %.2fx %s", def.compare.max, other.id)
+                        report.target(format("%s, %s: time against %s's", def.title, regime, other.id),
+                            format("%.2fx", row.compare), format("<= %.2fx", def.compare.max),
+                            row.compare <= def.compare.max)
                     end
                 end
             else
@@ -483,6 +495,45 @@ print("commands: INFO commandstats usec of the commands sent (a script's include
 print("leaves out reading, parsing and writing: the rest of server cpu. ops/s per Redis core = 1e6 / server")
 print("cpu us/op: lock cycles per second one Redis core could serve at that cost. gap: case minus floor,")
 print("time per op against the extra client and server CPU (what is left is waiting: wake-ups, scheduling).")
+
+-- the report's table: a case's two regimes in one row
+do
+    local cols = { "case" }
+    for _, regime in ipairs(regimes) do
+        cols[#cols + 1] = "speed " .. regime
+        cols[#cols + 1] = "in commands " .. regime
+        cols[#cols + 1] = "server CPU " .. regime
+    end
+    cols[#cols + 1] = "us/op (floor) " .. regimes[1]
+    cols[#cols + 1] = "targets"
+    report.table("bench", format("Uncontended operations against their C floor, medians of %d rounds; speed ="
+        .. " floor time / case time, in commands and server CPU = case / floor", rounds), cols)
+    local by_def = {}
+    for _, row in ipairs(rows) do
+        by_def[row.def] = by_def[row.def] or {}
+        by_def[row.def][row.regime] = row
+    end
+    for _, def in ipairs(cases) do
+        local cells = { def.title .. (def.floor and (" (floor: " .. def.floor .. ")") or "") }
+        for _, regime in ipairs(regimes) do
+            local row = by_def[def][regime]
+            cells[#cells + 1] = fmt(row.speed, "%.2f")
+            cells[#cells + 1] = fmt(row.inside_ratio, "%.2fx")
+            cells[#cells + 1] = fmt(row.server_ratio, "%.2fx")
+        end
+        local first = by_def[def][regimes[1]]
+        cells[#cells + 1] = fmt(first.case_ns, "%.1f") .. " (" .. fmt(first.floor_ns, "%.1f") .. ")"
+        local verdicts = {}
+        for _, regime in ipairs(regimes) do
+            local v = by_def[def][regime].verdict
+            if v ~= "-" then
+                verdicts[#verdicts + 1] = regime .. (v:find("BELOW", 1, true) and " NOT met" or " met")
+            end
+        end
+        cells[#cells + 1] = #verdicts > 0 and concat(verdicts, ", ") or "-"
+        report.row("bench", cells)
+    end
+end
 
 -- CSV and chart
 assert(succeeds("mkdir -p " .. helper.quote(out_dir)), "could not make " .. out_dir)

@@ -10,7 +10,7 @@
 -- usage: lua bench/case.lua CASE_FILE KEY OPS WARMUP URL...
 -- (bench/bench.lua calls it; the case file format is in bench/README.md)
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local case_file, key, ops, warmup = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
 local urls = {}
@@ -23,7 +23,7 @@ local def = dofile(case_file)
 -- Connections of their own for INFO, so the case's connections carry only
 -- the case's commands; INFO itself is left out of the counts.
 local stat_conns = {}
-for i, url in ipairs(urls) do stat_conns[i] = core.conn(options.parse_url(url)) end
+for i, url in ipairs(urls) do stat_conns[i] = core.conn(addresses.parse_url(url)) end
 
 -- calls and usec per command, summed over the servers
 local function commandstats()

@@ -60,10 +60,16 @@ lib() {
         c:close()"
 }
 per_cycle() { a=$(count 200 "$@"); b=$(count 2200 "$@"); echo $(( (b - a) / 2000 )); }
+. bench/report.sh
 tb=$(per_cycle floor)
 echo "client instructions per cycle ($LUA; user space)"
 printf '%-34s %8s %6s\n' "textbook C loop (SET NX PX, EVALSHA)" "$tb" "1.00x"
+report table client_instructions "The client's instructions per cycle ($LUA, user space, callgrind)"\
+ "" "instructions" "against the textbook C loop"
+report row client_instructions "textbook C loop (SET NX PX, EVALSHA)" "$tb" "1.00x"
 for what in default nofence nonotify plain with_lock try_held; do
     v=$(per_cycle lib)
-    printf '%-34s %8s %6s\n' "redlock, $what" "$v" "$(awk "BEGIN { printf \"%.2fx\", $v / $tb }")"
+    r=$(awk "BEGIN { printf \"%.2fx\", $v / $tb }")
+    printf '%-34s %8s %6s\n' "redlock, $what" "$v" "$r"
+    report row client_instructions "redlock, $what" "$v" "$r"
 done

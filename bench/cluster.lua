@@ -8,6 +8,7 @@
 -- pinned to CPU 1 with this process on CPU 0, and stops them at the end.
 --   make bench-cluster     (CYCLES=500 ROUNDS=9 MOVES=20)
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 local redlock = require "redlock"
 
 local format = string.format
@@ -56,6 +57,12 @@ print(format("  Cluster (3 masters) %6.1f us/cycle   ratio %.2fx", mc, mc / mp))
 local mm, ms = helper.median(moved), helper.median(steady)
 print(format("  after a MOVED     %8.1f us/cycle against %.1f on a current map (%.1fx; median of %d moves)",
     mm, ms, mm / ms, MOVES))
+report.table("costs", "What else costs what: the uncontended acquire+release cycle (us) or a held lock's"
+    .. " memory, against the same without the feature", { "", "with", "without", "ratio" })
+report.row("costs", { "Cluster of 3 masters (without: a plain server)", format("%.1f us", mc),
+    format("%.1f us", mp), format("%.2fx", mc / mp) })
+report.row("costs", { "a cycle after a MOVED (without: on a current slot map)", format("%.1f us", mm),
+    format("%.1f us", ms), format("%.1fx", mm / ms) })
 on_cluster:close()
 on_plain:close()
 helper.stop_all()

@@ -9,7 +9,14 @@
  * process usually takes the lock straight back (barging), while the others
  * sleep.
  *
- * usage: contended_floor HOST:PORT KEY COUNTER N START_AT OUT
+ * Over several servers (HOST:PORT,HOST:PORT,...: a C barging loop over
+ * independent masters) the lock is SET NX PX sent to every server at once
+ * (pipelined, one connection each) and held on a majority; a refused
+ * attempt deletes what it got (the release script on each) before its
+ * 1 ms sleep; the release runs the script on every server, and the
+ * counter lives on the first.
+ *
+ * usage: contended_floor HOST:PORT[,HOST:PORT...] KEY COUNTER N START_AT OUT
  *   START_AT  CLOCK_MONOTONIC ms (the clock of redlock.core.now()) at which
  *             the loop starts: every worker connects and loads the script
  *             first, then sleeps until then (the barrier of the Lua worker)
@@ -103,20 +110,69 @@ static redisReply *command(redisContext *c, int argc, const char **argv) {
     return r;
 }
 
+#define MAX_SERVERS 9
+
+/* Connects to one "host:port" of the list (len bytes at s). */
+static redisContext *connect_to(const char *s, size_t len) {
+    char spec[300], host[256];
+    const char *colon;
+    size_t hlen;
+    redisContext *c;
+    if (len == 0 || len >= sizeof spec)
+        die("bad server (host:port)", s);
+    memcpy(spec, s, len);
+    spec[len] = '\0';
+    colon = strrchr(spec, ':');
+    hlen = colon ? (size_t)(colon - spec) : 0;
+    if (colon == NULL || hlen == 0 || hlen >= sizeof host)
+        die("bad server (host:port)", spec);
+    memcpy(host, spec, hlen);
+    host[hlen] = '\0';
+    c = redisConnect(host, (int)number(colon + 1, "bad port"));
+    if (c == NULL || c->err)
+        die("could not connect", c ? c->errstr : spec);
+    return c;
+}
+
+/* Sends argv to each of the ns servers at once, then reads each reply:
+ * how many answered as `ok` says (SET NX: a status; the release: 1), and
+ * which (got[k]). */
+static int everywhere(redisContext **c, int ns, int argc, const char **argv, int release, int *got) {
+    int k, yes = 0;
+    for (k = 0; k < ns; k++)
+        if (redisAppendCommandArgv(c[k], argc, argv, NULL) != REDIS_OK)
+            die("lost the connection", c[k]->errstr);
+    for (k = 0; k < ns; k++) {
+        redisReply *r;
+        if (redisGetReply(c[k], (void **)&r) != REDIS_OK || r == NULL)
+            die("lost the connection", c[k]->errstr);
+        if (r->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "contended_floor: %s: %s\n", argv[0], r->str);
+            exit(2);
+        }
+        got[k] = release ? (r->type == REDIS_REPLY_INTEGER && r->integer == 1) : r->type == REDIS_REPLY_STATUS;
+        if (!release && !got[k] && r->type != REDIS_REPLY_NIL)
+            die("SET NX PX", "unexpected reply");
+        yes += got[k];
+        freeReplyObject(r);
+    }
+    return yes;
+}
+
 int main(int argc, char **argv) {
-    const char *server, *key, *counter, *out, *colon;
-    char host[256], token[64], sha[41], value[32];
+    const char *servers, *key, *counter, *out, *p;
+    char token[64], sha[41], value[32];
     long n, i;
     long long acquisitions = 0;
     double start_at, t_start, t_end;
     sample *samples;
-    redisContext *c;
+    redisContext *cs[MAX_SERVERS], *c;
+    int ns = 0, k, got[MAX_SERVERS];
     redisReply *r;
     FILE *f;
-    size_t len;
     if (argc != 7)
-        die("usage: contended_floor HOST:PORT KEY COUNTER N START_AT OUT", NULL);
-    server = argv[1];
+        die("usage: contended_floor HOST:PORT[,HOST:PORT...] KEY COUNTER N START_AT OUT", NULL);
+    servers = argv[1];
     key = argv[2];
     counter = argv[3];
     n = (long)number(argv[4], "N is not a number");
@@ -124,21 +180,23 @@ int main(int argc, char **argv) {
     out = argv[6];
     if (n < 1)
         die("N must be at least 1", argv[4]);
-    colon = strrchr(server, ':');
-    len = colon ? (size_t)(colon - server) : 0;
-    if (colon == NULL || len == 0 || len >= sizeof host)
-        die("bad server (host:port)", server);
-    memcpy(host, server, len);
-    host[len] = '\0';
+    for (p = servers;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (ns == MAX_SERVERS)
+            die("too many servers", servers);
+        cs[ns++] = connect_to(p, len);
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    c = cs[0];
     samples = calloc((size_t)n, sizeof *samples);
     if (samples == NULL)
         die("out of memory", NULL);
-    c = redisConnect(host, (int)number(colon + 1, "bad port"));
-    if (c == NULL || c->err)
-        die("could not connect", c ? c->errstr : server);
-    {
+    for (k = 0; k < ns; k++) {
         const char *load[3] = {"SCRIPT", "LOAD", RELEASE_SCRIPT};
-        r = command(c, 3, load);
+        r = command(cs[k], 3, load);
         if (r->type != REDIS_REPLY_STRING || r->len != 40)
             die("SCRIPT LOAD", "unexpected reply");
         memcpy(sha, r->str, 41);
@@ -155,15 +213,25 @@ int main(int argc, char **argv) {
         long long v = 0;
         snprintf(token, sizeof token, "%ld-%lld", (long)getpid(), acquisitions++);
         for (;;) {
-            r = command(c, 6, set);
-            if (r->type == REDIS_REPLY_STATUS)
-                break; /* OK: ours */
-            if (r->type != REDIS_REPLY_NIL)
-                die("SET NX PX", "unexpected reply");
-            freeReplyObject(r);
+            if (ns == 1) {
+                r = command(c, 6, set);
+                if (r->type == REDIS_REPLY_STATUS)
+                    break; /* OK: ours */
+                if (r->type != REDIS_REPLY_NIL)
+                    die("SET NX PX", "unexpected reply");
+                freeReplyObject(r);
+                r = NULL;
+            } else {
+                if (everywhere(cs, ns, 6, set, 0, got) > ns / 2)
+                    break; /* a majority: ours */
+                for (k = 0; k < ns; k++)
+                    if (got[k])
+                        freeReplyObject(command(cs[k], 5, rel));
+            }
             sleep_ns(1000000L);
         }
-        freeReplyObject(r);
+        if (ns == 1)
+            freeReplyObject(r);
         t1 = now_ms();
         r = command(c, 2, get);
         if (r->type == REDIS_REPLY_STRING)
@@ -177,13 +245,12 @@ int main(int argc, char **argv) {
         samples[i].acquired = t1;
         samples[i].seq = v;
         samples[i].released = now_ms();
-        r = command(c, 5, rel);
-        if (r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+        if (everywhere(cs, ns, 5, rel, 1, got) <= ns / 2)
             die("release", "the lock was not ours any more");
-        freeReplyObject(r);
     }
     t_end = now_ms();
-    redisFree(c);
+    for (k = 0; k < ns; k++)
+        redisFree(cs[k]);
     f = fopen(out, "w");
     if (f == NULL)
         die("could not write", out);

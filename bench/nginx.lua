@@ -2,8 +2,8 @@
 -- (curl --parallel), each holding the lock HOLD_MS (ngx.sleep) over WORKERS
 -- (default 4) workers: requests/s and the wait for the lock (p50, p99, max), for the
 -- default client (a release wakes a waiter through its worker's
--- subscriber, redlock.ngx_wait) and for notify = false (polling with the
--- default retry_delay), in the same run, against one redis-server and one
+-- subscriber, redlock.nginx.wait), for notify = false (polling with the
+-- default retry_delay) and for fair = true, in the same run, against one redis-server and one
 -- nginx of its own (spec/openresty/nginx.lua starts examples/openresty).
 -- LIMIT=L: the requests take permits of a semaphore of L instead (then
 -- the time between holders, which assumes one holder at a time, is not
@@ -36,12 +36,12 @@ local function percentile(sorted, p)
 end
 
 -- One run: requests/s, waits (sorted), failures.
-local function run(notify)
+local function run(notify, fair)
     local key = helper.key("bench")
     local paths = {}
     for i = 1, N do
-        paths[i] = format("/contend?key=%s&notify=%d&ms=%d&i=%d%s", key, notify and 1 or 0, HOLD_MS, i,
-            LIMIT and "&limit=" .. LIMIT or "")
+        paths[i] = format("/contend?key=%s&notify=%d&ms=%d&i=%d%s%s", key, notify and 1 or 0, HOLD_MS, i,
+            LIMIT and "&limit=" .. LIMIT or "", fair and "&fair=1" or "")
     end
     local t0 = core.now()
     -- (bodies to /dev/null: curl writing a file per response took about
@@ -74,6 +74,7 @@ local function run(notify)
 end
 
 local median = helper.median
+local report = dofile("bench/report.lua")
 
 print(format("bench-nginx: %d requests on one key, %d at a time, %d workers, %d ms under %s; "
     .. "median of %d rounds", N, C, WORKERS, HOLD_MS, LIMIT and format("a permit of %d", LIMIT) or "the lock",
@@ -81,6 +82,7 @@ print(format("bench-nginx: %d requests on one key, %d at a time, %d workers, %d 
 local rows = {
     { name = "default (notified)", notify = true },
     { name = "notify = false (polling)", notify = false },
+    { name = "fair = true", notify = true, fair = true },
 }
 for _, row in ipairs(rows) do
     row.rps, row.p50, row.p99, row.max, row.limit, row.failed = {}, {}, {}, {}, {}, 0
@@ -90,7 +92,7 @@ end
 run(true) -- warm-up: connections, the workers' subscribers
 for _ = 1, ROUNDS do
     for _, row in ipairs(rows) do -- interleaved: the machine's noise hits both
-        local rps, waits, failed, limit, g = run(row.notify)
+        local rps, waits, failed, limit, g = run(row.notify, row.fair)
         local gaps = g.gaps
         local sum = 0
         for _, v in ipairs(gaps) do sum = sum + v end
@@ -128,11 +130,30 @@ print(format("ratio default / notify = false: req/s %.2fx, wait p99 %.2fx",
 -- requests/s (nominal), or 1000 / the mean hold ngx.sleep really gave
 local fifo = C * HOLD_MS / (LIMIT or 1)
 local serial = 1000 * (LIMIT or 1) / HOLD_MS
+local what = LIMIT and format("nginx, a permit of %d", LIMIT) or "nginx, the lock"
+report.table("nginx", format("Contention inside nginx: %d requests on one key, %d at a time, %d workers, each"
+    .. " holding %s %d ms; medians of %d rounds; ideals: a FIFO queue waits %.0f ms, the serial limit is one"
+    .. " hold after another", N, C, WORKERS, LIMIT and format("a permit of %d", LIMIT) or "the lock", HOLD_MS,
+    ROUNDS, fifo), { "", "req/s", "vs the serial limit", "wait p50", "p99", "max", "p99 / FIFO ideal" })
 for _, row in ipairs(rows) do
     print(format("%-26s wait p99 %.2fx and max %.2fx the FIFO ideal (%.0f ms); req/s %.2fx the serial limit "
         .. "(%.0f/s measured, %.2fx the nominal %.0f/s)", row.name, median(row.p99) / fifo,
         median(row.max) / fifo, fifo, median(row.rps) / median(row.limit), median(row.limit),
         median(row.rps) / serial, serial))
+    report.row("nginx", { row.name, format("%.0f", median(row.rps)),
+        format("%.2fx", median(row.rps) / median(row.limit)), format("%.1f ms", median(row.p50)),
+        format("%.1f ms", median(row.p99)), format("%.1f ms", median(row.max)),
+        format("%.2fx", median(row.p99) / fifo) })
+end
+do -- issue 37's targets, the default client
+    local row = rows[1]
+    local p99, max, rps = median(row.p99) / fifo, median(row.max) / fifo, median(row.rps) / median(row.limit)
+    report.target(what .. ", default: wait p99 against the FIFO ideal", format("%.2fx", p99), "<= 2x",
+        p99 <= 2)
+    report.target(what .. ", default: wait max against the FIFO ideal", format("%.2fx", max), "<= 4x",
+        max <= 4)
+    report.target(what .. ", default: req/s against the serial limit", format("%.2fx", rps), ">= 0.95x",
+        rps >= 0.95, not LIMIT)
 end
 -- Where the time between holders goes: the gap from the end of one hold
 -- to the start of the next (the release's way to Redis, the script, the

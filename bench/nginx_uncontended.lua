@@ -114,12 +114,20 @@ end
 -- load); nginx, redis: CPU µs per request (the nginx workers': HTTP too)
 print(format("%-32s %8s %8s %8s %8s %8s %8s %7s", "", "req/s", "min", "max", "cycle us", "nginx us",
     "redis us", "failed"))
+local report = dofile("bench/report.lua")
+report.table("nginx_uncontended", format("The uncontended lock inside nginx: %d requests per row and round,"
+    .. " %d at a time, %d worker(s), a key per request; medians of %d rounds; CPU per request", N, C, WORKERS,
+    ROUNDS),
+    { "", "req/s", "nginx CPU", "redis CPU" })
 for _, row in ipairs(rows) do
     local lo, hi = math.huge, 0
     for _, v in ipairs(row.rps) do lo, hi = math.min(lo, v), math.max(hi, v) end
     print(format("%-32s %8.0f %8.0f %8.0f %8.0f %8.1f %8.1f %7d", row.name, median(row.rps), lo, hi,
         median(row.us), median(row.w), median(row.r), row.failed))
     if row.why then print("  first failure: " .. row.why) end
+    report.row("nginx_uncontended", { row.name, format("%.0f", median(row.rps)),
+        format("%.1f us", median(row.w)),
+        format("%.1f us", median(row.r)) })
 end
 for _, p in ipairs(pairs_) do
     local a, b = p[1], p[2]
@@ -131,6 +139,8 @@ for _, p in ipairs(pairs_) do
         .. "cycle %.2fx, nginx CPU %.2fx, redis CPU %.2fx the floor's: %s (target >= %.2fx)", p.name, ratio,
         table.concat(each, " "), median(a.rps) / median(b.rps), median(a.us) / median(b.us),
         median(a.w) / median(b.w), median(a.r) / median(b.r), met and "met" or "NOT met", TARGET))
+    report.target("nginx, uncontended: " .. p.name .. " (median of the rounds' req/s ratios)",
+        format("%.2fx", ratio), format(">= %.2fx", TARGET), met, p[1].how == "lib")
 end
 server:stop()
 helper.stop_all()

@@ -12,6 +12,7 @@
 -- Starts its own redis-servers (spec/helper.lua) and stops them at the end.
 --   make bench-redlock     (CYCLES=500 ROUNDS=11 RTT_US=1000 RTT_CYCLES=100)
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 local redlock = require "redlock"
 local core = require "redlock.core"
 
@@ -90,6 +91,10 @@ local function measure(title, ports, cycles)
         median(r.one) / median(r.f1), median(r.five) / median(r.f5)))
     print(format("  %-34s %9s %7.1fus %6.2fx", "redlock, fence = false", "", median(r.bare), median(r.fence)))
     print("  (the last column there: the default, with its fence write-back, against fence = false)")
+    report.row("redlock", { title, format("%.1f us", median(r.one)), format("%.1f us", median(r.five)),
+        format("%.2fx", median(r.ratio)), format("%.2fx", median(r.fratio)),
+        format("%.1f us", median(r.bare)),
+        format("%.2fx", median(r.fence)) })
     return median(r.ratio), median(r.fratio)
 end
 
@@ -97,6 +102,9 @@ local function main()
     local ports = {}
     for i = 1, 5 do ports[i] = helper.start_server().port end
     print("redlock acquire+release cycle, 5 servers vs 1 (target: 5/1 <= 1.30x)")
+    report.table("redlock", format("Redlock: the acquire+release cycle over 5 servers against 1, medians"
+        .. " of %d rounds; the floor: the same round trips in C", ROUNDS), { "", "1 server", "5 servers",
+        "5/1", "floor 5/1", "5 servers, fence = false", "default / fence = false" })
     local ratio, fratio = measure("loopback (127.0.0.1, TCP)", ports, CYCLES)
     print(format("ratio 5/1 on loopback: %.2fx (the floor's: %.2fx)", ratio, fratio))
     if RTT_US > 0 then
@@ -106,6 +114,9 @@ local function main()
         os.execute("kill " .. table.concat(pids, " "))
         assert(ok, a)
         print(format("ratio 5/1 with a %d us round trip: %.2fx (the floor's: %.2fx)", RTT_US, a, b))
+        report.target(format("Redlock, 5 servers against 1, with a %d us round trip", RTT_US),
+            format("%.2fx", a),
+            "<= 1.30x", a <= 1.3, true)
     end
 end
 

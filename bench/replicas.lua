@@ -6,6 +6,7 @@
 -- Starts its own redis-servers (spec/helper.lua) and stops them at the end.
 --   make bench-replicas     (CYCLES=500 ROUNDS=9)
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 local redlock = require "redlock"
 
 local format = string.format
@@ -48,4 +49,10 @@ for i, c in ipairs(clients) do
 end
 print(format("  ratio replicas=1/replicas=0: single %.2fx, Redlock x3 %.2fx", med[2] / med[1],
     med[4] / med[3]))
+report.table("costs", "What else costs what: the uncontended acquire+release cycle (us) or a held lock's"
+    .. " memory, against the same without the feature", { "", "with", "without", "ratio" })
+report.row("costs", { "single, replicas = 1 (without: replicas = 0)", format("%.1f us", med[2]),
+    format("%.1f us", med[1]), format("%.2fx", med[2] / med[1]) })
+report.row("costs", { "Redlock x3, replicas = 1 (without: replicas = 0)", format("%.1f us", med[4]),
+    format("%.1f us", med[3]), format("%.2fx", med[4] / med[3]) })
 helper.stop_all()

@@ -119,6 +119,10 @@ for f = 1, FAILOVERS do
 end
 client:close()
 print("bench-sentinel: the first +switch-master to the client's first lock on the new master")
+local report = dofile("bench/report.lua")
+report.table("sentinel", "Following a Sentinel failover (`SENTINEL FAILOVER`, loopback): from the first"
+    .. " `+switch-master` to the client's first lock on the new master", { "", "failovers", "median", "max",
+    "locks on the old master after it (median)" })
 for kind, what in ipairs { "the client's sentinel leads", "another sentinel leads" } do
     local t = follow[kind]
     table.sort(t)
@@ -126,6 +130,8 @@ for kind, what in ipairs { "the client's sentinel leads", "another sentinel lead
         print(format("  %-28s median %.1f ms of %d failovers (min %.1f, max %.1f); locks on the old master "
             .. "after the announcement: median %d", what, helper.median(t), #t, t[1], t[#t],
             helper.median(stale_locks[kind])))
+        report.row("sentinel", { what, #t, format("%.1f ms", helper.median(t)), format("%.1f ms", t[#t]),
+            format("%d", helper.median(stale_locks[kind])) })
     end
 end
 helper.stop_all()

@@ -6,6 +6,7 @@
 -- the floor's in the same rounds, from /proc/<pid>/task/*/schedstat.
 --   make bench-server     (LOCKS=20000)
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 local redlock = require "redlock"
 local core = require "redlock.core"
 
@@ -40,6 +41,11 @@ print(format("bench-server: memory of %d locks held at once", LOCKS))
 print(format("  memory per held lock: %.0f bytes; plain SET key token PX: %.0f bytes; ratio %.2fx",
     lock_bytes, plain_bytes, lock_bytes / plain_bytes))
 print("  (the server's CPU per cycle, against the floor's: `make bench`, second table)")
+report.table("costs", "What else costs what: the uncontended acquire+release cycle (us) or a held lock's"
+    .. " memory, against the same without the feature", { "", "with", "without", "ratio" })
+report.row("costs", { "memory per held lock (without: a plain SET key token PX)",
+    format("%.0f bytes", lock_bytes), format("%.0f bytes", plain_bytes),
+    format("%.2fx", lock_bytes / plain_bytes) })
 client:close()
 data:close()
 helper.stop_all()

@@ -67,15 +67,27 @@ per_cycle() {
     echo "$a $b" | awk '{ printf "%d %d %d\n", ($4 - $1) / 2000, ($4 - $5 - $1 + $2) / 2000, ($6 - $3) / 2000 }'
 }
 ratio() { awk "BEGIN { printf \"%.2fx\", $1 / $2 }"; }
+. bench/report.sh
 set -- $(per_cycle floor)
 tb_all=$1 tb_cron=$2 tb_cmd=$3
-echo "$("$SERVER" --version | sed 's/ v=\([^ ]*\).*/ \1/'): instructions per cycle"
+version=$("$SERVER" --version | sed 's/ v=\([^ ]*\).*/ \1/')
+echo "$version: instructions per cycle"
 printf '%-30s %15s %15s %15s\n' "" "all" "all but timer" "inside commands"
 printf '%-30s %8s %6s %8s %6s %8s %6s\n' "textbook (SET NX PX, EVALSHA)" \
     "$tb_all" 1.00x "$tb_cron" 1.00x "$tb_cmd" 1.00x
+report table server_instructions "The server's instructions per uncontended cycle ($version, callgrind: exact\
+ whatever the load), against the textbook lock's" "" "all" "all but the timer's" "inside commands"
+report row server_instructions "textbook (SET NX PX, EVALSHA)" "$tb_all" "$tb_cron" "$tb_cmd"
 for opt in default nofence nonotify plain; do
     l() { lib "$1" "$opt"; }
     set -- $(per_cycle l)
     printf '%-30s %8s %6s %8s %6s %8s %6s\n' "redlock, $opt" "$1" "$(ratio "$1" "$tb_all")" \
         "$2" "$(ratio "$2" "$tb_cron")" "$3" "$(ratio "$3" "$tb_cmd")"
+    report row server_instructions "redlock, $opt" "$1 ($(ratio "$1" "$tb_all"))" \
+        "$2 ($(ratio "$2" "$tb_cron"))" "$3 ($(ratio "$3" "$tb_cmd"))"
+    if [ "$opt" = default ]; then
+        report target 1 "the server's instructions inside commands per cycle, defaults, against the\
+ textbook lock's" "$(ratio "$3" "$tb_cmd")" "<= 1.50x" \
+            "$(awk "BEGIN { print ($3 <= 1.5 * $tb_cmd) ? \"met\" : \"NOT met\" }")"
+    fi
 done

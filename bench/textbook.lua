@@ -8,6 +8,7 @@ return function(c)
     return {
         id = c.id,
         title = c.title,
+        headline = c.headline,
         floor = "textbook",
         iterations = 1000,
         round_trips = 2,

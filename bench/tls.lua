@@ -14,6 +14,7 @@
 -- (spec/helper.lua) and stops them at the end.
 --   make bench-tls     (CYCLES=1000 ROUNDS=9 FIRST=10 RTT_US=2000)
 local helper = require "helper"
+local report = dofile("bench/report.lua")
 local redlock = require "redlock"
 local core = require "redlock.core"
 
@@ -126,8 +127,15 @@ for i, c in ipairs(cases) do
     med[i] = median(results[i])
     print(format("  %-26s %8.1f us/cycle", c[1], med[i]))
 end
+report.table("costs", "What else costs what: the uncontended acquire+release cycle (us) or a held lock's"
+    .. " memory, against the same without the feature", { "", "with", "without", "ratio" })
 for _, p in ipairs { { "single", 0 }, { "Redlock x3", 5 } } do
     local o = p[2]
+    report.row("costs", { p[1] .. " over TLS (without: plain TCP)", format("%.1f us", med[o + 2]),
+        format("%.1f us", med[o + 1]), format("%.2fx", med[o + 2] / med[o + 1]) })
+    report.row("costs", { p[1] .. " over TLS (without: the C floor over TLS, SET NX)",
+        format("%.1f us", med[o + 2]),
+        format("%.1f us", med[o + 4]), format("%.2fx", med[o + 2] / med[o + 4]) })
     print(format("  %s: redlock TLS / redlock plain %.2fx; redlock TLS / C floor TLS %.2fx (SET NX), "
         .. "%.2fx (scripts); C SET NX TLS / plain %.2fx", p[1], med[o + 2] / med[o + 1],
         med[o + 2] / med[o + 4], med[o + 2] / med[o + 5], med[o + 4] / med[o + 3]))

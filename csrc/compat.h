@@ -40,4 +40,23 @@ static inline void *redlock_testudata(lua_State *L, int ud, const char *tname) {
 #define lua_rawlen(L, i) lua_objlen(L, i)
 #endif
 
+/* Keeps the value at the top of the stack alive as long as the userdata
+ * at idx (its user value), and pops it. */
+static inline void redlock_keep(lua_State *L, int idx) {
+    int ud = idx < 0 ? lua_gettop(L) + idx : idx;
+#if LUA_VERSION_NUM >= 503
+    lua_setuservalue(L, ud);
+#else
+    /* (5.1, LuaJIT, 5.2: a table only) */
+    lua_createtable(L, 1, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
+#if LUA_VERSION_NUM == 502
+    lua_setuservalue(L, ud);
+#else
+    lua_setfenv(L, ud);
+#endif
+#endif
+}
+
 #endif

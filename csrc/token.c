@@ -95,4 +95,5 @@ int redlock_token_hex(redlock_token_pool *pool, char out[REDLOCK_TOKEN_HEX + 1])
 }
 
 /* REDLOCK_TOKEN_HEX is written out as a constant; keep it in step. */
-typedef char redlock_token_hex_is_twice_the_bytes[(REDLOCK_TOKEN_HEX == 2 * REDLOCK_TOKEN_BYTES) ? 1 : -1];
+typedef char
+    redlock_token_hex_is_twice_the_bytes[(REDLOCK_TOKEN_HEX == 2 * REDLOCK_TOKEN_BYTES) ? 1 : -1];

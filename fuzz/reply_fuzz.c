@@ -8,7 +8,7 @@
 #include <hiredis/hiredis.h>
 
 #include "../csrc/compat.h"
-#include "../csrc/reply.h"
+#include "../csrc/protocol/reply.h"
 
 /* hiredis 0.14 allocates an array's declared element count as soon as it
  * reads "*<n>", before any element arrives: a server that lies makes the

@@ -1,5 +1,5 @@
 /* libFuzzer target: arbitrary strings as a server URL given to the option
- * parser (lua/redlock/options.lua). A URL either parses into a well-formed
+ * parser (lua/redlock/addresses.lua). A URL either parses into a well-formed
  * server table or raises "bad option 'servers' to 'new' (...)"; any other
  * error, or an error message that shows the URL's password, aborts. */
 #include <stddef.h>
@@ -17,10 +17,10 @@
 #endif
 
 static const char check[] =
-    "local options = require 'redlock.options'\n"
+    "local addresses = require 'redlock.addresses'\n"
     "local find, match = string.find, string.match\n"
     "return function(s)\n"
-    "  local ok, res = pcall(options.servers, { s })\n"
+    "  local ok, res = pcall(addresses.parse, { s })\n"
     "  if ok then\n"
     "    local t = res[1]\n"
     "    assert(type(t.host) == 'string' or type(t.path) == 'string', 'no host or path')\n"

@@ -16,7 +16,8 @@ if not (redis.replicate_commands and redis.replicate_commands()) then
   if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
+--@include parts/young.lua
 --@include parts/now.lua
 local pttl = redis.call('PTTL', KEYS[1])
-local wait_ms, how, mark = ARGV[2], 'w', ''
+local wait_ms, how, mark, score = ARGV[2], 'w', '', nil
 --@include parts/join_queue.lua

@@ -2,7 +2,9 @@
 -- waiters queue, KEYS[3] the waiters' data, KEYS[4] the wake-up list,
 -- KEYS[5] the fence counter (all with the same hash tag); ARGV[1] token,
 -- ARGV[2] (with five keys) what a waiter's hand-off list is named, less
--- the waiter's token.
+-- the waiter's token, ARGV[3] (optional) the bound in ms under which a
+-- front waiter's wait does not make the release hand it the lock (see
+-- parts/serve_queue.lua; absent: every release hands over, fair).
 -- Compare-and-delete: 1 released, 0 the key is gone or holds another token
 -- (we must not delete the next holder's), 3 released and the lock handed
 -- over or waiters woken (five keys only: the caller may send five keys
@@ -24,7 +26,7 @@
 -- A waiter inside nginx ("p" in acquire.lua) blocks on no connection: its
 -- hand-off goes, instead of the list, as "<token> fence server-ms" on the
 -- channel "redlock:wake", where its worker's subscriber hands it to
--- exactly that waiter (redlock.ngx_wait): it too holds the lock with no
+-- exactly that waiter (redlock.nginx.wait): it too holds the lock with no
 -- further request, and no list is left behind for it. One queue, one
 -- script, whatever host each waiter runs in; a PUBLISH only for the
 -- waiters that need one (a Cluster sends each to every node).
@@ -44,7 +46,7 @@
 -- waiter's failed attempt and its BLPOP is not lost); the key is also
 -- published on the channel "redlock:wake", for the waiters inside nginx,
 -- which cannot block on a connection each: one subscriber per worker wakes
--- them (redlock.ngx_wait).
+-- them (redlock.nginx.wait).
 -- Callers passing one key get neither (plain compare-and-delete).
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then

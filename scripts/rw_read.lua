@@ -18,6 +18,7 @@
 -- M, or another value). A reader is let in when the key is free or held
 -- by readers, and no live writer waits before it in the queue.
 --@include parts/fence.lua
+--@include parts/young.lua
 if not seeded then return redis.error_reply('readers need Redis 3.2 or later') end
 local key, ttl = KEYS[1], tonumber(ARGV[2])
 local counter = ARGV[5] == '1' and KEYS[5]
@@ -53,5 +54,5 @@ if not pttl then
   pttl = kind == 'zset' and redis.call('PTTL', key) or 1000
 end
 if ARGV[3] == '0' then return {0, pttl} end
-local wait_ms, how, mark = ARGV[3], ARGV[4], ' r'
+local wait_ms, how, mark, score = ARGV[3], ARGV[4], ' r', nil
 --@include parts/join_queue.lua

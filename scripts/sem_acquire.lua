@@ -15,7 +15,11 @@
 -- semaphore waiter a lock); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the
 -- limit N, ARGV[4] "0" for a caller that does not wait, else the ms its
 -- next block lasts at most (as acquire.lua's ARGV[3]), ARGV[5] "h" or "w" (as
--- acquire.lua's ARGV[4]), ARGV[6] "1" for a fence, "0" for none.
+-- acquire.lua's ARGV[4]), ARGV[6] "1" for a fence, "0" for none, ARGV[7]
+-- (optional; fair = false) a bound in ms: a live waiter that has waited
+-- less (the server's clock, from its place's score: young,
+-- parts/young.lua) is not counted as queued before the caller (see
+-- sem_release.lua).
 -- Answers {1, fence} (granted; 0 without a fence), {0, ms until the
 -- earliest permit expires[, server ms]} (refused; a waiter joins the
 -- queue as in acquire.lua), {2, M} (misuse: the key is a semaphore of limit M,
@@ -29,6 +33,7 @@
 -- hand-off found before its BLPOP). The limit is read before anything is
 -- written: a different N is refused while any permit is unexpired.
 --@include parts/fence.lua
+--@include parts/young.lua
 if not seeded then return redis.error_reply('semaphores need Redis 3.2 or later') end
 local key, limit, ttl = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[2])
 local counter = ARGV[6] == '1' and KEYS[5]
@@ -46,8 +51,10 @@ local marker, marker_score = 'limit', -limit
 if redis.call('ZSCORE', key, ARGV[1]) then return grant() end
 local free = limit - math.max(0, redis.call('ZCARD', key) - 1)
 local ahead, i = 0, 0
+local bound = tonumber(ARGV[7])
 while ahead < free do
-  local m = redis.call('ZRANGE', KEYS[2], i, i)[1]
+  local top = redis.call('ZRANGE', KEYS[2], i, i, 'WITHSCORES')
+  local m = top[1]
   if not m or m == ARGV[1] then break end
   local d = redis.call('HGET', KEYS[3], m)
   local alive, n
@@ -55,12 +62,14 @@ while ahead < free do
   if alive and tonumber(alive) >= now and n ~= '' and tonumber(n) ~= limit then
     return {2, tonumber(n)}
   end
-  if alive and tonumber(alive) >= now then ahead, i = ahead + 1, i + 1
+  if alive and tonumber(alive) >= now then
+    if not (bound and young(tonumber(top[2]), clock_us(t), bound)) then ahead = ahead + 1 end
+    i = i + 1
   else redis.call('ZREM', KEYS[2], m) redis.call('HDEL', KEYS[3], m) end
 end
 if free > ahead then return grant() end
 local first = redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')
 local pttl = first[2] and math.max(0, tonumber(first[2]) - now) or 0
 if ARGV[4] == '0' then return {0, pttl} end
-local wait_ms, how, mark = ARGV[4], ARGV[5], ' s' .. ARGV[3]
+local wait_ms, how, mark, score = ARGV[4], ARGV[5], ' s' .. ARGV[3], nil
 --@include parts/join_queue.lua

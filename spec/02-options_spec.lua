@@ -1,6 +1,6 @@
 -- Bad input raises, naming the argument; URLs parse; secrets stay hidden.
 local redlock = require "redlock"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local function raises(pattern, f)
     local ok, err = pcall(f)
@@ -76,18 +76,25 @@ describe("options", function()
 
     describe("parse_url", function()
         it("reads every part of redis:// URLs", function()
-            assert.same({ host = "h" }, options.parse_url("redis://h"))
-            assert.same({ host = "h", port = 7000, db = 3 }, options.parse_url("redis://h:7000/3"))
-            assert.same({ host = "h", password = "pw" }, options.parse_url("redis://:pw@h"))
-            assert.same({ host = "h", password = "pw" }, options.parse_url("redis://pw@h"))
+            assert.same({ host = "h" }, addresses.parse_url("redis://h"))
+            assert.same({ host = "h", port = 7000, db = 3 }, addresses.parse_url("redis://h:7000/3"))
+            assert.same({ host = "h", password = "pw" }, addresses.parse_url("redis://:pw@h"))
+            assert.same({ host = "h", password = "pw" }, addresses.parse_url("redis://pw@h"))
             assert.same({ host = "h", username = "u", password = "p@ss:w" },
-                options.parse_url("redis://u:p%40ss%3aw@h"))
-            assert.same({ host = "::1", port = 6380 }, options.parse_url("redis://[::1]:6380"))
+                addresses.parse_url("redis://u:p%40ss%3aw@h"))
+            assert.same({ host = "::1", port = 6380 }, addresses.parse_url("redis://[::1]:6380"))
+        end)
+
+        it("refuses a bracketed host with [ or / inside", function()
+            for _, url in ipairs({ "redis://[//[::1]:6", "redis://[a/b]:6", "redis://[[::1]]:6",
+                "redis+cluster://[//[::1]:6", "redis+sentinel://[a/b]:6/m" }) do
+                assert.has_error(function() redlock.new { servers = url } end)
+            end
         end)
 
         it("reads unix:// URLs", function()
-            assert.same({ path = "/tmp/r.sock" }, options.parse_url("unix:///tmp/r.sock"))
-            assert.same({ path = "/tmp/r.sock", db = 2 }, options.parse_url("unix:///tmp/r.sock?db=2"))
+            assert.same({ path = "/tmp/r.sock" }, addresses.parse_url("unix:///tmp/r.sock"))
+            assert.same({ path = "/tmp/r.sock", db = 2 }, addresses.parse_url("unix:///tmp/r.sock?db=2"))
         end)
     end)
 end)

@@ -70,9 +70,10 @@ describe("TLS", function()
         lock_cycle(c)
         local key = helper.key("tls")
         local other = redlock.new { servers = { mutual:tls_url(), others[1]:tls_url(),
-                                                others[2]:tls_url() }, tls = tls }
-        local ok, taken = c:with_lock(key, { ttl = 300 }, function()
-            helper.sleep(900) -- three ttls: only the renewal thread keeps it
+                                                others[2]:tls_url() }, tls = tls, server_timeout = 1000 }
+        -- (a 1 s ttl: room for a late renewal round on a busy machine)
+        local ok, taken = c:with_lock(key, { ttl = helper.ms(1000) }, function()
+            helper.sleep(helper.ms(3000)) -- three ttls: only the renewal thread keeps it
             return other:try_acquire(key)
         end)
         assert.is_true(ok)
@@ -260,10 +261,12 @@ describe("TLS only (no plaintext port)", function()
     it("runs Redlock over 3 TLS servers and renews over TLS", function()
         local servers = { mutual, others[1], others[2] }
         local c = redlock.new { servers = urls, tls = with_cert, retry_delay = 10, server_timeout = 1000 }
-        local other = redlock.new { servers = urls, tls = with_cert }
+        local other = redlock.new { servers = urls, tls = with_cert, server_timeout = 1000 }
         local key = helper.key("tls")
-        local ok, taken, token = c:with_lock(key, { ttl = 300 }, function(lock)
-            helper.sleep(900) -- three ttls: only the renewal thread keeps it
+        -- (a 1 s ttl: renewed every third of it on each server, with room
+        -- for a late round on a busy machine)
+        local ok, taken, token = c:with_lock(key, { ttl = helper.ms(1000) }, function(lock)
+            helper.sleep(helper.ms(3000)) -- three ttls: only the renewal thread keeps it
             for _, s in ipairs(servers) do assert.equal(lock.token, s:cli("GET", key)) end
             return other:try_acquire(key), lock.token
         end)

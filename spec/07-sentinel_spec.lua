@@ -4,13 +4,13 @@
 -- quorum 2) watching a master with a replica, all on loopback.
 local helper = require "helper"
 local redlock = require "redlock"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local NAME = "mymaster"
 
 describe("Sentinel URLs and tables", function()
     it("parses redis+sentinel:// with several sentinels, default port, credentials and db", function()
-        local s = options.servers({ "redis+sentinel://app:pw@10.0.0.1:5000,[::1],h2/locks/3" })[1]
+        local s = addresses.parse({ "redis+sentinel://app:pw@10.0.0.1:5000,[::1],h2/locks/3" })[1]
         assert.same({ { host = "10.0.0.1", port = 5000 }, { host = "::1", port = 26379 },
             { host = "h2", port = 26379 } }, s.sentinels)
         assert.equal("locks", s.master_name)
@@ -21,16 +21,16 @@ describe("Sentinel URLs and tables", function()
     end)
 
     it("takes TLS for the sentinels and the data nodes from rediss+sentinel://", function()
-        local s = options.servers({ "rediss+sentinel://h1/m" }, { ca_file = "/ca.pem", verify = true })[1]
+        local s = addresses.parse({ "rediss+sentinel://h1/m" }, { ca_file = "/ca.pem", verify = true })[1]
         assert.equal("/ca.pem", s.tls.ca_file)
         assert.equal("/ca.pem", s.sentinel_tls.ca_file)
     end)
 
     it("takes the table form with separate credentials for the sentinels", function()
-        local s = options.servers({ { sentinels = { "a:1", "b" }, master_name = "m", password = "data",
+        local s = addresses.parse({ { sentinels = { "a:1", "b" }, master_name = "m", password = "data",
             sentinel_password = "sent", sentinel_tls = { ca_file = "/x" } } })[1]
         assert.same({ { host = "a", port = 1 }, { host = "b", port = 26379 } }, s.sentinels)
-        local spec = options.sentinel_conn_spec(s)
+        local spec = addresses.sentinel_conn_spec(s)
         assert.equal("sent", spec.sentinels[1].password)
         assert.equal("/x", spec.sentinels[2].tls.ca_file)
         assert.equal("data", spec.password)
@@ -220,8 +220,9 @@ describe("Sentinel", function()
             assert.is_true((c:with_lock(key, function() end)))
             -- a lock renewed in the background across the switch (the renewal
             -- thread asks the sentinels twice per renewal interval)
-            local held = assert(c:acquire(renewed_key, { ttl = 3000, renew = true }))
-            local redlock_held = assert(quorum:acquire(helper.key("failover-quorum"), { ttl = 3000, renew = true }))
+            local ttl = helper.ms(3000)
+            local held = assert(c:acquire(renewed_key, { ttl = ttl, renew = true }))
+            local redlock_held = assert(quorum:acquire(helper.key("failover-quorum"), { ttl = ttl, renew = true }))
             assert(helper.eventually(5000, function()
                 return replica:cli("GET", renewed_key) == held.token
             end), "the lock did not reach the replica")
@@ -267,7 +268,7 @@ describe("Sentinel", function()
             acked:close()
 
             -- the renewal followed: the lock is still held, on the new master
-            helper.sleep(3500) -- more than a ttl: a renewal on the old master alone would lose it
+            helper.sleep(ttl + helper.ms(500)) -- more than a ttl: a renewal on the old master alone would lose it
             assert.is_false((held:lost()))
             assert.equal(held.token, replica:cli("GET", renewed_key))
             assert.is_true(held:release())
@@ -461,5 +462,55 @@ describe("Sentinel, legacy mode", function()
         sentinel:stop()
         replica:stop()
         master:stop()
+    end)
+end)
+
+describe("Sentinel, the renewal thread", function()
+    local skip = helper.lua54_only()
+    it("follows a failover the sentinel announces (+switch-master), also when no sentinel answers its check"
+        .. (skip and " (" .. skip .. ")" or ""), function()
+        if skip then return end
+        local master = helper.start_server()
+        local replica = helper.start_replica(master)
+        local sentinel = helper.start_sentinel({ renewed = master }, { quorum = 1 })
+        finally(function()
+            master:thaw()
+            sentinel:stop()
+            replica:stop()
+            master:stop()
+        end)
+        assert(helper.eventually(15000, function()
+            return sentinel:cli("SENTINEL", "master", "renewed"):find("num%-slaves\n1") ~= nil
+        end), "the sentinel did not discover the replica")
+        local c = redlock.new({ servers = "redis+sentinel://127.0.0.1:" .. sentinel.port .. "/renewed" })
+        finally(function() c:close() end)
+        local key = helper.key("renewed")
+        local held = assert(c:acquire(key, { ttl = helper.ms(3000), renew = true }))
+        -- the thread has renewed it once: it is connected, and subscribed
+        assert(helper.eventually(helper.ms(5000), function() return c:stats().renewed >= 1 end), "no renewal")
+        assert(helper.eventually(5000, function() return replica:cli("GET", key) == held.token end),
+            "the lock did not reach the replica")
+        -- the old master stops answering, the sentinel promotes the replica
+        -- and announces it, and then goes away: the thread's check before a
+        -- round finds no sentinel, and its extends time out on the old master
+        master:freeze()
+        assert(helper.eventually(20000, function()
+            return sentinel:cli("SENTINEL", "FAILOVER", "renewed"):match("^OK") ~= nil
+        end), "the sentinel refused the failover")
+        -- (the master's own address, which changes at +switch-master:
+        -- get-master-addr-by-name names the promoted replica before that)
+        assert(helper.eventually(20000, function()
+            return sentinel:cli("SENTINEL", "master", "renewed"):find("\nport\n" .. replica.port .. "\n", 1, true)
+                ~= nil
+        end), "the sentinel did not switch")
+        sentinel:stop()
+        local before = c:stats().renewed
+        -- renewed on the new master, from the announcement alone
+        assert(helper.eventually(helper.ms(10000), function() return c:stats().renewed > before end),
+            "the renewal did not follow the announced master")
+        assert.is_false((held:lost()))
+        assert.equal(held.token, replica:cli("GET", key))
+        assert.is_true(held:release())
+        assert.equal("0", replica:cli("EXISTS", key))
     end)
 end)

@@ -165,15 +165,15 @@ describe("replica acknowledgement, one master with a replica", function()
 
     it("renews in the background with the replica, and lets the lock expire without it", function()
         local key = helper.key("rep")
-        local lock = assert(client:acquire(key, { ttl = 900, renew = true }))
-        helper.sleep(1500) -- past the ttl: only acknowledged renewals kept it
+        local lock = assert(client:acquire(key, { ttl = helper.ms(900), renew = true }))
+        helper.sleep(helper.ms(1500)) -- past the ttl: only acknowledged renewals kept it
         assert.is_false((lock:lost()))
         assert.is_true(lock:remaining() > 0)
         assert.equal(lock.token, replica:cli("GET", key))
         frozen(replica, function()
             -- renewals now extend the master's key but are not acknowledged:
             -- the lock's validity is not extended, and it runs out
-            assert.is_true(helper.eventually(3000, function() return (lock:lost()) end))
+            assert.is_true(helper.eventually(helper.ms(3000), function() return (lock:lost()) end))
             local _, why = lock:lost()
             assert.equal("expired", why)
             assert.equal(0, lock:remaining())
@@ -299,8 +299,8 @@ describe("replica acknowledgement with Redlock over 3 masters, each with a repli
 
     it("renews in the background, each server's extend acknowledged", function()
         local key = helper.key("rep")
-        local lock = assert(client:acquire(key, { ttl = 900, renew = true }))
-        helper.sleep(1500)
+        local lock = assert(client:acquire(key, { ttl = helper.ms(900), renew = true }))
+        helper.sleep(helper.ms(1500))
         assert.is_false((lock:lost()))
         assert.is_true(lock:release())
         for i = 1, 3 do assert.equal("", leftovers(masters[i], key)) end
@@ -363,7 +363,8 @@ describe("replica acknowledgement inside nginx (cosockets)", function()
         end
         ngx_server = nginx.start { workers = 1, redis = masters[1], lua_path = "@REPO@/spec/openresty/?.lua;",
             server = [[
-        location = /replicas { content_by_lua_block { require("probe").replicas() } }]],
+        location = /replicas { content_by_lua_block { require("probe").replicas() } }
+        location = /garbled { content_by_lua_block { require("probe").garbled() } }]],
             init = string.format('require("probe").init { %s }', table.concat(ports, ", ")) }
     end)
     teardown(function()
@@ -388,6 +389,22 @@ describe("replica acknowledgement inside nginx (cosockets)", function()
         t = get({ ports[1] }, key, "&aof=1")
         assert.equal("server", t.code, t.err)
         assert.truthy(t.err:find("WAITAOF needs Redis 7.2+", 1, true), t.err)
+        assert.equal("", leftovers(masters[1], key))
+        assert.same({}, ngx_server:errors())
+    end)
+
+    -- A reply the reader refuses (a stream corrupted on its way; no Redis
+    -- sends one) in WAIT's place: the connection is dropped, never pooled
+    -- out of step with its reader; the lock, not known to be acknowledged,
+    -- is released, as by conn:eval_wait.
+    it("a garbled WAIT reply: the connection dropped, the lock released", function()
+        local key = helper.key("garbled")
+        local body, code = ngx_server:get(string.format("/garbled?port=%d&replicas=1&key=%s", ports[1], key))
+        assert.equal(200, code, body)
+        local t = lines(body)
+        assert.equal("connection", t.code, t.err)
+        assert.truthy(t.err:find("the lock was released", 1, true), t.err)
+        assert.equal("true", t.in_step)
         assert.equal("", leftovers(masters[1], key))
         assert.same({}, ngx_server:errors())
     end)

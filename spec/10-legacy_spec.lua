@@ -134,17 +134,19 @@ describe("legacy mode", function()
                 end)
             end
 
-            it("with_lock (ttl 300) around a 900 ms function keeps the lock: renewed, then gone", function()
+            -- (a ttl of 600 ms: a renewal every 200 ms, six round trips each
+            -- on a server without scripting, late by up to 400 ms on a loaded host)
+            it("with_lock (ttl 600) around a 1800 ms function keeps the lock: renewed, then gone", function()
                 local key = helper.key()
                 local c = new(noscript, { mode = mode })
                 local other = new(noscript, { mode = mode })
                 local seen
-                local ok, r = c:with_lock(key, { ttl = 300 }, function(lock)
-                    helper.sleep(600) -- twice the ttl
+                local ok, r = c:with_lock(key, { ttl = helper.ms(600) }, function(lock)
+                    helper.sleep(helper.ms(1200)) -- twice the ttl
                     local _, _, code = other:try_acquire(key)
                     seen = code
                     assert.equal(lock.token, data:command("GET", key):match(":(%x+)$"))
-                    helper.sleep(300)
+                    helper.sleep(helper.ms(600))
                     return "done"
                 end)
                 assert.is_true(ok, r)

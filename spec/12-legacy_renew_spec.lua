@@ -38,11 +38,11 @@ describe("legacy renewal", function()
             it("the renewal finds another value in the key: lost ('gone'), on_lost runs", function()
                 local client = new { mode = mode }
                 local key, why = helper.key(), nil
-                local lock = assert(client:acquire(key, { ttl = 300, renew = true,
+                local lock = assert(client:acquire(key, { ttl = helper.ms(300), renew = true,
                     on_lost = function(_, w) why = w end }))
                 data:command("SET", key, string.format("%d:%s", math.floor(core.time()) + 60000,
                     redlock.token()))
-                assert.is_true(eventually(3000, function() return lock:lost() end))
+                assert.is_true(eventually(helper.ms(3000), function() return lock:lost() end))
                 assert.equal("gone", select(2, lock:lost()))
                 local ok, _, code = lock:release()
                 assert.is_nil(ok)
@@ -53,12 +53,13 @@ describe("legacy renewal", function()
             it("stops at max_hold; the key then expires and the lock is lost", function()
                 local client = new { mode = mode }
                 local key = helper.key()
-                local lock = assert(client:acquire(key, { ttl = 300, renew = true, max_hold = 700 }))
-                core.sleep(500)
+                local lock = assert(client:acquire(key, { ttl = helper.ms(300), renew = true,
+                    max_hold = helper.ms(700) }))
+                core.sleep(helper.ms(500))
                 assert.is_false(lock:lost()) -- renewed past its ttl
-                assert.is_true(eventually(5000, function() return lock:lost() end))
+                assert.is_true(eventually(helper.ms(5000), function() return lock:lost() end))
                 assert.equal("max_hold", select(2, lock:lost()))
-                assert.is_true(eventually(3000, function() return data:command("EXISTS", key) == 0 end))
+                assert.is_true(eventually(helper.ms(3000), function() return data:command("EXISTS", key) == 0 end))
             end)
         end)
     end

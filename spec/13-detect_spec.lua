@@ -200,12 +200,12 @@ describe("mode auto", function()
 
         it("a lock renewed in legacy mode keeps the mode until its renewal ends", function()
             assert.equal("OK", srv:cli("ACL", "SETUSER", "locker", "-@scripting"))
-            local client = locker_client { ttl = 300 }
+            local client = locker_client { ttl = helper.ms(300) }
             assert(client:with_lock(helper.key(), function(lock)
                 assert.equal("legacy", client:mode())
                 -- past the ttl it was taken with: only its renewal (counted
                 -- by redlock.detect.renewing) says it may be held
-                local past = now() + 400
+                local past = now() + helper.ms(400)
                 wait_until(10000, "renewals past the ttl", function()
                     return now() > past and client:stats().renewed >= 2
                 end)

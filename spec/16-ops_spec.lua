@@ -65,7 +65,9 @@ describe("a lock operation added to the registry", function()
         helper.needs("set_px")
         local others = { helper.start_server(), helper.start_server() }
         local urls = { server:url(), others[1]:url(), others[2]:url() }
-        local client = redlock.new { servers = urls }
+        -- (server_timeout: every server answers, on a busy machine too; the
+        -- default for a 1 s ttl is 10 ms)
+        local client = redlock.new { servers = urls, server_timeout = 1000 }
         assert.equal("quorum", client.strategy.name)
         local key = helper.key("touch")
         local lock = assert(client:acquire(key, { ttl = 1000 }))

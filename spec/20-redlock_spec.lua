@@ -189,15 +189,16 @@ describe("Redlock over 5 servers", function()
     it("background renewal asks every server at once: a frozen one does not hold the others up", function()
         local key = helper.key()
         finally(heal)
-        local c = new_client { server_timeout = 2500, timeout = 3000 }
-        local lock = assert(c:acquire(key, { ttl = 3000, renew = true }))
+        -- (every time scaled alike by helper.ms: the figures below are 1x)
+        local c = new_client { server_timeout = helper.ms(2500), timeout = helper.ms(3000) }
+        local lock = assert(c:acquire(key, { ttl = helper.ms(3000), renew = true }))
         -- the first round (at ~1 s, all servers up) opens the renewal's connections
-        helper.sleep(1300)
+        helper.sleep(helper.ms(1300))
         servers[1]:freeze()
         -- the second round (at ~2 s) waits 2.5 s for server 1: one server after
         -- another, servers 2-5 would be extended only then, after their keys
         -- (extended to ~4 s) expired
-        helper.sleep(3000)
+        helper.sleep(helper.ms(3000))
         for i = 2, N do assert.equal(lock.token, data[i]:command("GET", key)) end
         servers[1]:thaw()
         assert.is_true(lock:release())
@@ -216,6 +217,25 @@ describe("Redlock over 5 servers", function()
         servers[1]:thaw()
         assert.is_true(lock:release())
         assert.equal(core.null, data[1]:command("GET", key))
+    end)
+
+    it("servers in back-off are asked when the others cannot make a majority without them", function()
+        local key, key2 = helper.key(), helper.key()
+        finally(heal)
+        local c = new_client { server_timeout = 200, server_backoff = 60000 }
+        assert(c:try_acquire(helper.key())):release() -- connections open before the freeze
+        for i = 1, 3 do servers[i]:freeze() end
+        local _, _, code = c:try_acquire(key) -- servers 1-3 time out: back-off
+        assert.equal("no quorum", code)
+        for i = 1, 3 do servers[i]:thaw() end
+        for i = 1, 3 do assert.is_true(c.servers[i].down_until > core.now()) end
+        -- (2 of 5 left: 1-3 are asked, and grant it)
+        local lock = assert(c:try_acquire(key2))
+        assert.equal(N, count(held(key2), lock.token))
+        -- an extend, too
+        for i = 1, 3 do c.servers[i].down_until = core.now() + 60000 end
+        assert.is_true(lock:extend())
+        assert.is_true(lock:release())
     end)
 
     it("a frozen server (SIGSTOP) costs one short timeout; the lock holds on the other 4",

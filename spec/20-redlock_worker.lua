@@ -4,7 +4,7 @@
 --   lua 20-redlock_worker.lua KEY N URL,URL,... COUNTER_URL
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local key, n, urls, counter_url = arg[1], tonumber(arg[2]), arg[3], arg[4]
 local servers = {}
@@ -18,7 +18,7 @@ local client = redlock.new {
     retry_jitter = 20,
     server_timeout = 500, -- a busy test host must not fail the run
 }
-local data = core.conn(options.parse_url(counter_url))
+local data = core.conn(addresses.parse_url(counter_url))
 local counter = key .. ":counter"
 
 for i = 1, n do

@@ -1,4 +1,4 @@
--- The C fan-out (csrc/fanout.c): one command to several servers at once.
+-- The C fan-out (csrc/drivers/fanout.c): one command to several servers at once.
 local helper = require "helper"
 local core = require "redlock.core"
 

@@ -5,19 +5,19 @@
 -- (redis-cli --cluster create).
 local helper = require "helper"
 local redlock = require "redlock"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 local util = require "redlock.util"
 local core = require "redlock.core"
 
 describe("Cluster URLs and tables", function()
     it("parses redis+cluster:// seed lists, credentials and TLS", function()
-        local s = options.servers({ "rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002" })[1]
+        local s = addresses.parse({ "rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002" })[1]
         assert.same({ { host = "10.0.0.1", port = 7000 }, { host = "10.0.0.2", port = 6379 },
             { host = "::1", port = 7002 } }, s.cluster)
         assert.equal("app", s.username)
         assert.equal("pw", s.password)
         assert.is_true(s.tls.verify)
-        s = options.servers({ { cluster = { "a:1", "b" }, password = "x" } })[1]
+        s = addresses.parse({ { cluster = { "a:1", "b" }, password = "x" } })[1]
         assert.same({ { host = "a", port = 1 }, { host = "b", port = 6379 } }, s.cluster)
     end)
 
@@ -118,8 +118,8 @@ describe("Cluster", function()
     it("renews and wakes waiters on every shard (renewal thread, notified waiting)", function()
         local keys = { "a", "b", "c" }
         local held = {}
-        for i, key in ipairs(keys) do held[i] = assert(client:acquire(key, { ttl = 1200, renew = true })) end
-        helper.sleep(2000)
+        for i, key in ipairs(keys) do held[i] = assert(client:acquire(key, { ttl = helper.ms(1200), renew = true })) end
+        helper.sleep(helper.ms(2000))
         for i, key in ipairs(keys) do
             assert.is_false((held[i]:lost()))
             assert.equal(held[i].token, helper.cluster_owner(cluster, key):cli("GET", key))
@@ -171,7 +171,7 @@ describe("Cluster", function()
 
     it("a Cluster counts as one voter of a Redlock quorum", function()
         local a, b = helper.start_server(), helper.start_server()
-        local q = redlock.new({ servers = { cluster.url, a:url(), b:url() } })
+        local q = redlock.new({ servers = { cluster.url, a:url(), b:url() }, server_timeout = 1000 })
         local key = helper.key("cluster-quorum")
         local lock = assert(q:acquire(key))
         assert.equal(lock.token, helper.cluster_owner(cluster, key):cli("GET", key))
@@ -221,7 +221,7 @@ describe("Cluster", function()
         local held = assert(client:acquire(key, { ttl = 60000 }))
         -- a Redlock with the Cluster as one voter, its map loaded before
         local a, b = helper.start_server(), helper.start_server()
-        local quorum = redlock.new({ servers = { cluster.url, a:url(), b:url() } })
+        local quorum = redlock.new({ servers = { cluster.url, a:url(), b:url() }, server_timeout = 1000 })
         assert.is_true((quorum:with_lock("{fo}quorum", function() end)))
         local replica
         assert(helper.eventually(5000, function()
@@ -306,7 +306,8 @@ describe("Cluster over TLS", function()
         for i, node in ipairs(cluster.nodes) do
             local key
             repeat key = helper.key("tls" .. i) until helper.cluster_owner(cluster, key) == node
-            local lock = assert(client:acquire(key, { ttl = 5000 }))
+            -- (a ttl that outlasts the redis-cli calls below on a busy machine)
+            local lock = assert(client:acquire(key, { ttl = 60000 }))
             assert.equal(lock.token, node:cli("GET", key))
             keys[i] = { key = key, lock = lock, node = node }
         end
@@ -315,13 +316,13 @@ describe("Cluster over TLS", function()
         local first, to = keys[1], cluster.nodes[2]
         local _, slot = helper.cluster_owner(cluster, first.key)
         helper.move_slot(cluster, slot, first.node, to)
-        assert.is_true(first.lock:extend(60000))
-        assert.is_true(tonumber(to:cli("PTTL", first.key)) > 30000)
+        assert.is_true(first.lock:extend(120000))
+        assert.is_true(tonumber(to:cli("PTTL", first.key)) > 60000)
         for _, k in ipairs(keys) do assert.is_true(k.lock:release()) end
         -- three ttls of work: only the renewal thread (TLS in C) kept it
         local key = keys[3].key
-        local ok, inner = client:with_lock(key, { ttl = 300 }, function(lock)
-            helper.sleep(900)
+        local ok, inner = client:with_lock(key, { ttl = 1000 }, function(lock)
+            helper.sleep(3000)
             return not lock:lost() and select(3, client:try_acquire(key))
         end)
         assert.is_true(ok)

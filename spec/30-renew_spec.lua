@@ -17,11 +17,11 @@ describe("renewal", function()
     it("keeps a with_lock (ttl 500) around a 1.6 s fn: another process cannot take it at 1.2 s; "
         .. "afterwards the key is gone and no renewal runs", function()
         local key = helper.key()
-        local at = string.format("%.0f", core.now() + 1200)
+        local at = string.format("%.0f", core.now() + helper.ms(1200))
         local worker = helper.spawn(WORKER, "try_at", server:url(), key, at)
         local status, out
-        local ok, token = client:with_lock(key, { ttl = 500 }, function(lock)
-            core.sleep(1600)
+        local ok, token = client:with_lock(key, { ttl = helper.ms(500) }, function(lock)
+            core.sleep(helper.ms(1600))
             assert.equal(lock.token, data:command("GET", key))
             assert.is_false((lock:lost()))
             -- still holding: the worker tries at 1.2 s, or later if it
@@ -38,7 +38,7 @@ describe("renewal", function()
         assert.equal(0, live)
         assert.is_true(renewals >= 4, "renewals: " .. renewals)
         assert.is_true(running)
-        core.sleep(500) -- three renewal periods
+        core.sleep(helper.ms(500)) -- three renewal periods
         local live2, renewals2 = client.renewer:stats()
         assert.equal(0, live2)
         assert.equal(renewals, renewals2)
@@ -68,7 +68,7 @@ describe("renewal", function()
         local key = helper.key()
         local seen, seen_lock
         local ok, err, code = client:with_lock(key, {
-            ttl = 600,
+            ttl = helper.ms(600),
             on_lost = function(lock, why) seen, seen_lock = why, lock end,
         }, function(lock)
             data:command("DEL", key)
@@ -84,6 +84,24 @@ describe("renewal", function()
         assert.matches("^not owner: .*lost: gone", err)
         assert.equal("gone", seen)
         assert.equal(key, seen_lock.key)
+    end)
+
+    it("with_lock of a lock the renewal found lost whose release then fails: 'not owner', not false", function()
+        local s2 = helper.start_server()
+        local c = redlock.new { servers = { s2:url() }, connect_timeout = 300 }
+        local d2 = core.conn(s2:spec())
+        local key = helper.key()
+        local ok, err, code = c:with_lock(key, { ttl = 600 }, function(lock)
+            d2:command("DEL", key)
+            assert.is_true(eventually(3000, function() return (lock:lost()) end))
+            d2:close()
+            s2:kill()
+            return "done"
+        end)
+        assert.is_nil(ok)
+        assert.equal("not owner", code, err)
+        assert.matches("^not owner: .*%(gone; the release failed too: connection: ", err)
+        c:close()
     end)
 
     it("on_lost also runs when the release is what finds the token gone", function()
@@ -164,6 +182,23 @@ describe("renewal", function()
         assert.equal(0, lock:remaining())
         local _, _, code = lock:release()
         assert.equal("not owner", code)
+    end)
+
+    it("lost() that finds the validity run out by the clock runs on_lost then, once", function()
+        local key = helper.key()
+        local calls = {}
+        local lock = assert(client:acquire(key, {
+            ttl = 100, renew = false, on_lost = function(_, w) calls[#calls + 1] = w end,
+        }))
+        assert.is_false((lock:lost()))
+        assert.same({}, calls)
+        core.sleep(150)
+        local lost, reason = lock:lost()
+        assert.is_true(lost)
+        assert.equal("expired", reason)
+        assert.same({ "expired" }, calls)
+        assert.is_true((lock:lost()))
+        assert.same({ "expired" }, calls)
     end)
 
     it("lost() and remaining() answer from memory, without a round trip", function()
@@ -371,11 +406,11 @@ describe("renewal", function()
             -- (server_timeout: ttl 500 would give 10 ms, too short under valgrind)
             local c = redlock.new { servers = urls, server_timeout = 200 }
             local key = helper.key()
-            local ok, err = c:with_lock(key, { ttl = 500 }, function(lock)
-                core.sleep(800)
+            local ok, err = c:with_lock(key, { ttl = helper.ms(500) }, function(lock)
+                core.sleep(helper.ms(800))
                 for i = 1, 3 do assert.equal(lock.token, conns[i]:command("GET", key)) end
                 servers[2]:kill()
-                core.sleep(1000)
+                core.sleep(helper.ms(1000))
                 assert.equal(lock.token, conns[1]:command("GET", key))
                 assert.equal(lock.token, conns[3]:command("GET", key))
                 assert.is_false((lock:lost()))
@@ -392,22 +427,24 @@ describe("renewal", function()
         it("counts a renewal with a majority and marks the lock lost without one", function()
             local renewer = core.renewer(conns)
             local key, token = helper.key(), core.token()
-            set_all(key, token, 600)
-            local h = renewer:add(key, token, 600, core.now() + 592, core.now() + 60000, 2, 0.01)
+            set_all(key, token, helper.ms(600))
+            local h = renewer:add(key, token, helper.ms(600), core.now() + helper.ms(592), core.now() + 60000, 2,
+                0.01)
             -- a second lock: two servers say its token is gone
             local key2, token2 = helper.key(), core.token()
             set_all(key2, token2, 3000)
-            local h2 = renewer:add(key2, token2, 300, core.now() + 295, core.now() + 60000, 2, 0.01)
+            local h2 = renewer:add(key2, token2, helper.ms(300), core.now() + helper.ms(295), core.now() + 60000,
+                2, 0.01)
             conns[1]:command("DEL", key2)
             conns[2]:command("SET", key2, "someone-else")
             assert.is_true(eventually(3000, function() return h2:lost() ~= nil end))
             assert.equal("gone", h2:lost())
 
-            core.sleep(500)
+            core.sleep(helper.ms(500))
             for i = 1, 3 do assert.equal(token, conns[i]:command("GET", key)) end
             servers[3]:kill() -- one of three down: a majority still renews
             local _, _, before = h:state()
-            core.sleep(1200) -- six rounds due, one every 200 ms
+            core.sleep(helper.ms(1200)) -- six rounds due, one every 200 ms (4x both under valgrind)
             local phase, _, after, failures = h:state()
             assert.equal("renewing", phase)
             assert.is_true(after >= before + 3, "renewals " .. before .. " -> " .. after)

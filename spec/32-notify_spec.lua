@@ -42,6 +42,18 @@ describe("notified waiting", function()
         return n
     end
 
+    -- Until the server's own clock says the waiter `token` of key has waited
+    -- longer than notify.BARGE_MS (its place's score): a release then hands
+    -- it the lock whatever fair says.
+    local notify = require "redlock.notify"
+    local function grow_old(key, token)
+        local since = tonumber(data:command("ZSCORE", "{" .. key .. "}:waiters", token))
+        assert.is_true(eventually(5000, function()
+            local t = data:command("TIME")
+            return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > tonumber(notify.BARGE_MS) * 1000
+        end))
+    end
+
     -- (Redis 2.6 and 2.8 count EVALSHA as eval)
     local evalsha = helper.lacks("evalsha_stats") and "eval" or "evalsha"
     local function evalsha_calls()
@@ -79,7 +91,8 @@ describe("notified waiting", function()
         os.execute("kill -KILL " .. pid)
         local lock = assert(client:acquire(key, { wait = 8000, retry_delay = 5000, retry_jitter = 0 }))
         local took = core.now() - held_at
-        assert.is_true(took < 1500 + 1000, "took " .. took .. " ms")
+        -- (not retry_delay's 5000 ms: the sleep ends at the holder's pttl)
+        assert.is_true(took < 4500, "took " .. took .. " ms")
         assert.is_true(lock:release())
         holder:wait()
     end)
@@ -93,6 +106,7 @@ describe("notified waiting", function()
         assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
         local queued = data:command("ZRANGE", "{" .. key .. "}:waiters", 0, -1)
         assert.equal(1, #queued)
+        grow_old(key, queued[1])
         local calls = evalsha_calls()
         assert.is_true(lock:release())
         -- handed over by the release itself: the key holds the waiter's token
@@ -107,6 +121,7 @@ describe("notified waiting", function()
         local status, out = worker:wait()
         assert.equal(0, status, out)
         assert.is_true(tonumber(out:match("fence (%d+)")) > lock.fence)
+        assert.matches("handed", out)
         for _, suffix in ipairs { ":waiters", ":waiting", ":wake", ":handoff:" .. queued[1] } do
             assert.equal(0, data:command("EXISTS", "{" .. key .. "}" .. suffix), suffix)
         end
@@ -169,7 +184,7 @@ describe("notified waiting", function()
     it("a waiter that died is handed the lock at most once, and costs at most its ttl", function()
         helper.needs("script_time")
         local key = helper.key()
-        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local lock = assert(client:acquire(key, { ttl = 10000, fair = true }))
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 20000, "notify", 0, 1500)
         assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
         local dead = data:command("ZRANGE", "{" .. key .. "}:waiters", 0, 0)[1]
@@ -207,11 +222,12 @@ describe("notified waiting", function()
 
     -- A lock on key, a waiter's refused attempt in this process (the
     -- request a waiting acquire sends), then the release, which hands the
-    -- waiter the lock. Returns the first lock, the waiter's token, the server.
+    -- waiter the lock (fair: whatever its wait). Returns the first lock,
+    -- the waiter's token, the server.
     local scripted = require "redlock.scripted"
     local function hand_to_new_waiter(key)
         local s = client.servers[1]
-        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local lock = assert(client:acquire(key, { ttl = 10000, fair = true }))
         local token = redlock.token()
         assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
         assert.is_true(lock:release())
@@ -231,7 +247,7 @@ describe("notified waiting", function()
         data:command("DEL", key)
         -- handed again, then the key goes (as by expiry) and another takes it:
         -- the waiter's next refusal empties its hand-off list
-        lock = assert(client:acquire(key, { ttl = 10000 }))
+        lock = assert(client:acquire(key, { ttl = 10000, fair = true }))
         assert.is_false((scripted.acquire(s, key, token, 5000, "5000", true)))
         assert.is_true(lock:release())
         local list = "{" .. key .. "}:handoff:" .. token
@@ -250,7 +266,8 @@ describe("notified waiting", function()
         helper.needs("script_time")
         local key = helper.key()
         local waiters = "{" .. key .. "}:waiters"
-        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        -- (fair: handed however short the waiter's wait; under the bound it would be woken)
+        local lock = assert(client:acquire(key, { ttl = 10000, fair = true }))
         data:command("ZADD", waiters, 0, "an-older-waiter")
         local worker = helper.spawn(WORKER, "wait", server:url(), key, 2000, 8000, "notify", 100)
         assert.is_true(eventually(5000, function() return data:command("ZCARD", waiters) == 2 end))
@@ -260,6 +277,91 @@ describe("notified waiting", function()
         assert.equal(core.null, data:command("ZSCORE", waiters, "an-older-waiter"))
         local status, out = worker:wait()
         assert.equal(0, status, out)
+    end)
+
+    -- A waiter's refused attempt in this process (token): its place in the
+    -- queue; then, until the server's own clock says it has waited longer
+    -- than notify.BARGE_MS.
+    local function join(key, token)
+        assert.is_false((scripted.acquire(client.servers[1], key, token, 5000, "5000", true)))
+        return data:command("ZSCORE", "{" .. key .. "}:waiters", token)
+    end
+    -- Runs fn with notify.BARGE_MS at ms (a string), then puts it back.
+    local function with_bound(ms, fn)
+        local was = notify.BARGE_MS
+        notify.BARGE_MS = ms
+        local ok, err = pcall(fn)
+        notify.BARGE_MS = was
+        assert(ok, err)
+    end
+
+    it("fair = false: a release leaves the key to the next acquirer while the front waiter's wait is under "
+        .. "the bound, and wakes it; once over the bound, hands it the lock before any newcomer", function()
+        helper.needs("script_time")
+        local key, token = helper.key(), redlock.token()
+        local s = client.servers[1]
+        local list = "{" .. key .. "}:handoff:" .. token
+        local lock = assert(client:acquire(key, { ttl = 10000 }))
+        local since = join(key, token)
+        with_bound("600000", function()
+            assert.is_true(lock:release())
+            -- freed, and the waiter woken on its own list to compete
+            assert.equal(0, data:command("EXISTS", key))
+            assert.same({ "w", "w" }, data:command("LRANGE", list, 0, -1))
+            -- a newcomer takes it; the waiter, refused again, keeps its place
+            lock = assert(client:try_acquire(key, { ttl = 10000 }))
+            assert.equal(since, join(key, token))
+            assert.equal(0, data:command("EXISTS", list))
+        end)
+        grow_old(key, token)
+        assert.is_true(lock:release())
+        assert.equal(token, data:command("GET", key))
+        local _, _, code = client:try_acquire(key)
+        assert.equal("locked", code)
+        local handed, fence = scripted.give_up(s, key, token)
+        assert.equal("handed", handed)
+        assert.is_true(fence > lock.fence)
+        data:command("DEL", key)
+    end)
+
+    it("fair = true: every release hands the lock to the front waiter, however short its wait", function()
+        helper.needs("script_time")
+        local key, token = helper.key(), redlock.token()
+        with_bound("600000", function()
+            local lock = assert(client:acquire(key, { ttl = 10000, fair = true }))
+            join(key, token)
+            assert.is_true(lock:release())
+            assert.equal(token, data:command("GET", key))
+            local _, _, code = client:try_acquire(key)
+            assert.equal("locked", code)
+            assert.equal("handed", (scripted.give_up(client.servers[1], key, token)))
+        end)
+        data:command("DEL", key)
+        -- and a fair client's waiter over the bound too
+        local fair = redlock.new { servers = { server:url() }, fair = true }
+        token = redlock.token()
+        local lock = assert(fair:acquire(key))
+        join(key, token)
+        grow_old(key, token)
+        assert.is_true(lock:release())
+        assert.equal(token, data:command("GET", key))
+        assert.equal("handed", (scripted.give_up(client.servers[1], key, token)))
+        data:command("DEL", key)
+        fair:close()
+    end)
+
+    it("fair = false: a waiter in another process that the release wakes to compete takes the free key "
+        .. "itself (not handed)", function()
+        helper.needs("script_time")
+        local key = helper.key()
+        local lock = assert(client:acquire(key, { ttl = 60000 }))
+        -- (its blocks last up to its wait: only a wake-up gets it the lock in time)
+        local worker = helper.spawn(WORKER, "wait_long", server:url(), key, 8000)
+        assert.is_true(eventually(5000, function() return blocked() == 1 end), "no waiter in BLPOP")
+        with_bound("600000", function() assert.is_true(lock:release()) end)
+        local status, out = worker:wait()
+        assert.equal(0, status, out)
+        assert.matches("acquired fence %d+ *\n", out)
     end)
 
     it("give_up tells a lock whose hand-off element was lost ('held'), so that the waiter releases it",

@@ -84,8 +84,8 @@ describe("semaphore (limit = N)", function()
 
     it("permits renew in the background (with_lock) past their ttl", function()
         local key = helper.key("sem")
-        local ok, lost = client:with_lock(key, { limit = 2, ttl = 300 }, function(p)
-            core.sleep(1000)
+        local ok, lost = client:with_lock(key, { limit = 2, ttl = helper.ms(300) }, function(p)
+            core.sleep(helper.ms(1000))
             return p:lost()
         end)
         assert.is_true(ok)
@@ -93,7 +93,7 @@ describe("semaphore (limit = N)", function()
         assert.equal(0, data:command("EXISTS", key))
         -- a permit taken away by hand: its renewal finds it gone, on_lost runs
         local told
-        local p = assert(client:acquire(key, { limit = 2, ttl = 300, renew = true,
+        local p = assert(client:acquire(key, { limit = 2, ttl = helper.ms(300), renew = true,
             on_lost = function(_, why) told = why end }))
         local other = assert(client:acquire(key, { limit = 2, ttl = 60000 }))
         data:command("ZREM", key, p.token)
@@ -234,6 +234,55 @@ describe("semaphore (limit = N)", function()
         local q = assert(c:try_acquire(key, { limit = 1 }))
         assert(q:release())
         c:close()
+    end)
+
+    it("fair = false: a permit given back while the first waiter's wait is under the bound goes to the next "
+        .. "acquirer, the waiter woken; past the bound it is handed to the waiter before any newcomer; "
+        .. "fair = true hands it over whatever the wait", function()
+        local notify = require "redlock.notify"
+        local sem = require("redlock.semaphore").strategy(1)
+        local key = helper.key("barge")
+        local token = core.token()
+        local list = notify.handoff_key(key, token)
+        local function join()
+            assert.is_false((sem.acquire(client, key, token, 60000, "5000", true)))
+            return data:command("ZSCORE", notify.waiters_key(key), token)
+        end
+        local was = notify.BARGE_MS
+        notify.BARGE_MS = "600000"
+        local ok, err = pcall(function()
+            local p = assert(client:acquire(key, { limit = 1, ttl = 60000 }))
+            local since = join()
+            assert(p:release())
+            assert.same({ "w", "w" }, data:command("LRANGE", list, 0, -1))
+            assert.equal(0, data:command("EXISTS", key)) -- (no permit left: the key is gone)
+            -- a newcomer passes the young waiter, which keeps its place
+            p = assert(client:try_acquire(key, { limit = 1, ttl = 60000 }))
+            assert.equal(since, join())
+            assert(p:release())
+            assert.is_nil(require("redlock.scripted").give_up(client.servers[1], key, token))
+            -- fair = true: the release hands it over at once
+            p = assert(client:acquire(key, { limit = 1, ttl = 60000, fair = true }))
+            join()
+            assert(p:release())
+            assert.truthy(tonumber(data:command("ZSCORE", key, token)))
+            data:command("DEL", key)
+        end)
+        notify.BARGE_MS = was
+        assert(ok, err)
+        -- past the bound (the server's clock): handed before any newcomer
+        local p = assert(client:acquire(key, { limit = 1, ttl = 60000 }))
+        local since = tonumber(join())
+        assert(helper.eventually(5000, function()
+            local t = data:command("TIME")
+            return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > tonumber(notify.BARGE_MS) * 1000
+        end))
+        assert(p:release())
+        assert.truthy(tonumber(data:command("ZSCORE", key, token)))
+        local _, _, code = client:try_acquire(key, { limit = 1 })
+        assert.equal("locked", code)
+        require("redlock.scripted").give_up(client.servers[1], key, token)
+        data:command("DEL", key, list)
     end)
 
     it("a live waiter of another limit is misuse, also when no permit is held", function()

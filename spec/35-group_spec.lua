@@ -145,7 +145,7 @@ describe("group locks", function()
 
     it("a group found lost stops renewing its other keys", function()
         local a, b = helper.key("a"), helper.key("b")
-        local g = assert(client:acquire({ a, b }, { ttl = 300, renew = true }))
+        local g = assert(client:acquire({ a, b }, { ttl = helper.ms(300), renew = true }))
         data:command("DEL", b)
         assert(helper.eventually(5000, function() return g:lost() end))
         -- (a's renewal stopped: its key expires with its last ttl)
@@ -156,13 +156,13 @@ describe("group locks", function()
 
     it("renews every key in the background; a key taken away is reported lost", function()
         local a, b = helper.key("a"), helper.key("b")
-        local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(g)
-            core.sleep(1000)
+        local ok, lost = client:with_lock({ a, b }, { ttl = helper.ms(300) }, function(g)
+            core.sleep(helper.ms(1000))
             return g:lost()
         end)
         assert.is_true(ok)
         assert.is_false(lost)
-        local g = assert(client:acquire({ a, b }, { ttl = 300, renew = true }))
+        local g = assert(client:acquire({ a, b }, { ttl = helper.ms(300), renew = true }))
         data:command("DEL", b)
         assert(helper.eventually(5000, function() return g:lost() end))
         local _, err, code = g:release()
@@ -235,12 +235,88 @@ describe("group locks over Redlock (3 servers)", function()
         assert.equal("locked", code)
         for i = 1, 3 do assert.equal("0", servers[i]:cli("EXISTS", a)) end
         assert(l:release())
-        local ok, lost = client:with_lock({ a, b }, { ttl = 300 }, function(lock)
-            require("redlock.core").sleep(900)
+        local ok, lost = client:with_lock({ a, b }, { ttl = helper.ms(300) }, function(lock)
+            require("redlock.core").sleep(helper.ms(900))
             return lock:lost()
         end)
         assert.is_true(ok)
         assert.is_false(lost)
+    end)
+
+    -- Issue 48's rule over Redlock: a free key is kept for a single lock's
+    -- waiter that came the bound or more before the caller; a group is a
+    -- newcomer to each key's queue, with its own arrival once a majority
+    -- refused it (its score, see redlock.quorum), and takes no place.
+    describe("and single locks' waiters", function()
+        local notify = require "redlock.notify"
+        local quorum = require "redlock.quorum"
+        local group = require "redlock.group"
+        local redlock = require "redlock"
+        local data = {}
+        setup(function()
+            for i = 1, 3 do data[i] = core.conn(servers[i]:spec()) end
+        end)
+        teardown(function()
+            for i = 1, 3 do data[i]:close() end
+        end)
+        -- a single lock's waiter's refused attempt: in every server's queue
+        local function queue(key, token)
+            assert.is_false((quorum.acquire(client, key, token, 10000, "5000", nil, false, nil, nil,
+                notify.BARGE_MS)))
+        end
+        -- until every server's clock is the bound past token's place
+        local function grow_old(key, token)
+            for i = 1, 3 do
+                local since = tonumber(data[i]:command("ZSCORE", notify.waiters_key(key), token))
+                assert.is_true(helper.eventually(5000, function()
+                    local t = data[i]:command("TIME")
+                    return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > tonumber(notify.BARGE_MS) * 1000
+                end))
+            end
+        end
+
+        it("a group is refused a free key that a waiter past the bound queues for", function()
+            local a, b, w = helper.key("a"), helper.key("b"), redlock.token()
+            local lock = assert(client:acquire(a))
+            queue(a, w)
+            grow_old(a, w)
+            assert.is_true(lock:release())
+            local _, _, code = client:try_acquire({ b, a })
+            assert.equal("locked", code)
+            for i = 1, 3 do assert.equal(0, data[i]:command("EXISTS", a, b)) end
+            assert.is_nil(quorum.give_up(client, a, w))
+        end)
+
+        it("a group that came before a waiter is not kept out by it", function()
+            local a, b, w, g = helper.key("a"), helper.key("b"), redlock.token(), redlock.token()
+            local lock = assert(client:acquire(a))
+            local place = {}
+            assert.is_false((group.quorum.acquire(client, { a, b }, g, 10000, nil, nil, false, nil, nil,
+                notify.BARGE_MS, place)))
+            assert.truthy(place.score)
+            queue(a, w)
+            grow_old(a, w)
+            assert.is_true(lock:release())
+            place.prev, g = g, redlock.token()
+            local ok, fences = group.quorum.acquire(client, { a, b }, g, 10000, nil, nil, false, nil, nil,
+                notify.BARGE_MS, place)
+            assert.is_true(ok, tostring(fences))
+            assert.is_true((group.quorum.release(client, { a, b }, g)))
+            assert.is_nil(quorum.give_up(client, a, w))
+        end)
+
+        it("a group's release wakes the waiter of a key it held", function()
+            local a, b, w = helper.key("a"), helper.key("b"), redlock.token()
+            local g = assert(client:acquire({ a, b }))
+            queue(a, w)
+            assert.is_true(g:release())
+            for i = 1, 3 do
+                assert.equal(0, data[i]:command("EXISTS", a, b))
+                -- (nudged on its own list: parts/hand.lua)
+                assert.equal(2, data[i]:command("LLEN", notify.handoff_key(a, w)))
+            end
+            assert.is_nil(quorum.give_up(client, a, w))
+        end)
     end)
 
     it("4 processes x 25 random pairs of 4 keys: no deadlock, no lost update", function()

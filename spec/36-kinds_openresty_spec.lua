@@ -7,9 +7,6 @@ local core = require "redlock.core"
 local nginx = require "openresty.nginx"
 
 local missing = nginx.missing()
-if not missing and ((os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" or os.getenv("REDLOCK_BUILD")) then
-    missing = "nginx's specs run in the Lua 5.4 suite"
-end
 
 local SERVER = [[
         location = /sem { content_by_lua_block { require("kinds").sem() } }
@@ -129,6 +126,9 @@ end)
 local HANDOFF_SERVER = [[
         location = /kfifo { content_by_lua_block { require("kinds").kfifo() } }
         location = /kfifo_close { content_by_lua_block { require("kinds").kfifo_close() } }
+        location = /kfifo_end { content_by_lua_block { require("kinds").kfifo_end() } }
+        location = /kfifo_slow { content_by_lua_block { require("kinds").kfifo_slow() } }
+        location = /hook_yield { content_by_lua_block { require("kinds").hook_yield() } }
         location = /kfifo_abort {
             lua_check_client_abort on;
             content_by_lua_block { require("kinds").kfifo() }
@@ -215,6 +215,42 @@ describe("the kinds' hand-off inside nginx, in one queue with plain Lua processe
         return helper.spawn("spec/workers/lock_worker.lua", "wait", redis:url(), key, 10000, wait or 20000,
             "notify", hold, 10000, kind)
     end
+
+    it("a waiter whose on_event hook yields as it takes the lock by its own attempt keeps it: its worker's"
+        .. " subscriber does not take it for a request that ended", function()
+        local key = helper.key("hookyield")
+        subscribed()
+        local holder = redlock.new { servers = { redis:url() }, ttl = 1500 }
+        local other = redlock.new { servers = { redis:url() }, ttl = 10000 }
+        local w, second
+        finally(function()
+            -- (the request ends, the key and the go key go, whatever failed)
+            if second then second:release() end
+            data:command("SET", key .. ":go", "1")
+            if w then w.wait() end
+            data:command("DEL", key .. ":go")
+            holder:close()
+            other:close()
+        end)
+        -- never released: it expires, and the waiter's attempt takes it
+        local expired = assert(holder:acquire(key)).token
+        w = ngx_server:bg("/hook_yield?key=" .. key)
+        -- the request holds the key once it holds a token other than the holder's: nobody else asks before
+        -- (one that did could take it at the expiry, which hands nothing over, before the request)
+        assert.is_true(helper.eventually(20000, function()
+            local v = data:command("GET", key)
+            return type(v) == "string" and #v == 32 and v ~= expired
+        end), "the waiter did not take it")
+        -- (within the hook's wait: the worker's subscriber looks once a second)
+        second = other:acquire(key, { wait = 3000 })
+        data:command("SET", key .. ":go", "1")
+        local out, code = w.wait()
+        assert.equal(200, code, out)
+        assert.is_nil(second, "two holders: the request (" .. out .. ") and another client, remaining "
+            .. (second and second:remaining() or 0))
+        assert.matches("mine true", out)
+        assert.is_true(tonumber(out:match("remaining (%d+)")) > 0)
+    end)
 
     it("semaphore: each permit given back goes to the first waiter in the release's step, nginx requests and"
         .. " a plain Lua process alike; a newcomer waits behind them", function()
@@ -313,6 +349,74 @@ describe("the kinds' hand-off inside nginx, in one queue with plain Lua processe
         end)
     end
 
+    -- A request that ends during one of its own calls to Redis, not while
+    -- it waits: its next attempt sent, its answer not read (/kfifo_end).
+    -- The attempt ran (its place in the queue kept), and the release that
+    -- follows hands that request the lock: its worker's subscriber learns
+    -- that the request ended (redlock.nginx.wait) and passes the lock on.
+    for _, case in ipairs {
+        { what = "a lock", kind = "writer", opts = {} },
+        { what = "a lock (waited for in the request's own thread)", kind = "writer", opts = {}, entry = true },
+        { what = "a permit", kind = "limit", worker = "limit=1", opts = { limit = 1 } },
+        { what = "a read lock", kind = "shared", opts = {} },
+    } do
+        it("a request that ends during its own call to Redis leaves the queue, and " .. case.what
+            .. " handed to it passes on", function()
+            local key = helper.key("incall")
+            subscribed()
+            local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+            local lock = assert(holder:acquire(key, case.opts))
+            -- what it is handed would stay 60 s: the next waiter (wait 20 s) would time out
+            local gone = ngx_server:bg("/kfifo_end?kind=" .. case.kind .. "&limit=1&n=2&wait=30000&ttl=60000&key="
+                .. key .. (case.entry and "&entry=1" or ""))
+            assert.is_true(helper.eventually(5000, function() return queued(key) == 1 end), "waiter 1")
+            local b = enqueue(key, 2, function() return worker(key, 0, case.worker) end)
+            assert.equal("ph", hows(key))
+            local out, code = gone.wait()
+            assert.equal(200, code, out)
+            assert.matches("^ended %x+$", out)
+            -- its last attempt ran: it is first in the queue still
+            assert.equal("ph", hows(key))
+            assert.is_true(lock:release())
+            assert.is_true(fence_of(b, 2) > lock.fence)
+            holder:close()
+            nothing_left()
+            assert.same({}, ngx_server:errors())
+        end)
+    end
+
+    -- A live request between two waits for longer than the subscriber
+    -- takes to look (/kfifo_slow: a slow answer, as its worker's subscriber
+    -- sees it) when a release hands it the lock: the lock stays its own, and
+    -- the waiter behind it comes after it.
+    for _, case in ipairs {
+        { what = "a lock", kind = "writer", opts = {} },
+        { what = "a permit", kind = "limit", worker = "limit=1", opts = { limit = 1 } },
+    } do
+        it("a request handed " .. case.what .. " during a slow call to Redis takes it", function()
+            local key = helper.key("slow")
+            subscribed()
+            local holder = redlock.new { servers = { redis:url() }, ttl = 10000 }
+            local lock = assert(holder:acquire(key, case.opts))
+            -- (2.5 s: the subscriber looks at least twice meanwhile, once a second)
+            local slow = enqueue(key, 1, function()
+                return ngx_server:bg("/kfifo_slow?kind=" .. case.kind .. "&limit=1&n=2&ms=2500&wait=20000&key="
+                    .. key)
+            end)
+            local b = enqueue(key, 2, function() return worker(key, 0, case.worker) end)
+            assert.equal("ph", hows(key))
+            assert.is_true(helper.eventually(5000, function() return data:command("GET", key .. ":slow") == "1" end),
+                "no slow call")
+            assert.is_true(lock:release())
+            local f1 = fence_of(slow, 1)
+            assert.is_true(f1 > lock.fence)
+            assert.is_true(fence_of(b, 2) > f1, "the waiter behind it went first")
+            holder:close()
+            nothing_left()
+            assert.same({}, ngx_server:errors())
+        end)
+    end
+
     -- A release that hands the lock to a waiter as its last wait ends:
     -- Redis paused for writes (CLIENT PAUSE WRITE) runs the release, sent
     -- first, before the waiter's GIVE_UP at its deadline, sent while paused.
@@ -355,7 +459,7 @@ describe("the kinds' hand-off inside nginx, in one queue with plain Lua processe
 
     -- The request's cleanup closed its client (so every eval of that client
     -- answers "closed") before its waiter was taken off: the give-back
-    -- still runs (redlock.ngx_wait's abandon, Server:owing).
+    -- still runs (redlock.nginx.wait's abandon, Server:owing).
     for _, case in ipairs {
         { what = "a lock", kind = "writer", opts = {} },
         { what = "a permit", kind = "limit", worker = "limit=1", opts = { limit = 1 } },

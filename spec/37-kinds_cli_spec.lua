@@ -53,7 +53,12 @@ describe("redlock command: --limit and --key", function()
     it("--shared: readers run together, a writer alone; status shows the readers", function()
         local key = helper.key("rw")
         local readers = {}
-        for i = 1, 2 do readers[i] = bg("run", "--shared", key, "--", "sleep", "1") end
+        -- the readers hold until the test says so (a file): the later reader's try comes first
+        local go = helper.fresh_dir("rw") .. "/go"
+        for i = 1, 2 do
+            readers[i] = bg("run", "--shared", key, "--", "sh", "-c",
+                "while [ ! -e " .. helper.quote(go) .. " ]; do sleep 0.05; done")
+        end
         assert(helper.eventually(10000, function() return data:command("ZCARD", key) == 3 end))
         local writer = bg("run", "--wait", "20s", key, "--", "sh", "-c", 'echo "writer $REDLOCK_FENCE"')
         assert(helper.eventually(10000, function()
@@ -65,6 +70,7 @@ describe("redlock command: --limit and --key", function()
         -- a later reader stays out while the writer waits
         status, out = run("try", "--shared", key, "--", "true")
         assert.equal(1, status, out)
+        assert(io.open(go, "w")):close()
         for i = 1, 2 do assert.equal(0, (readers[i]:wait(30000))) end
         status, out = writer:wait(30000)
         assert.equal(0, status, out)

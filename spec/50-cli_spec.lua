@@ -314,9 +314,10 @@ describe("redlock command", function()
 
         it("renews the lock while CMD outlives the ttl", function()
             local key = helper.key()
-            local h = start({ "-s", url, "--ttl", "1000", "run", key, "--", "sleep", "2.5" })
+            local h = start({ "-s", url, "--ttl", tostring(helper.ms(1000)), "run", key, "--", "sleep",
+                tostring(helper.ms(2500) / 1000) })
             wait_for(function() return data:command("EXISTS", key) == 1 end)
-            helper.sleep(1600) -- well past the ttl
+            helper.sleep(helper.ms(1600)) -- well past the ttl
             assert.equal(1, (redlock({ "-s", url, "try", key, "--", "true" })))
             local code, _, err = finish(h)
             assert.equal(0, code, err)
@@ -330,11 +331,12 @@ describe("redlock command", function()
                     'rename-command FUNCTION ""', 'rename-command FCALL ""' } }
                 finally(function() noscript:stop() end)
                 local lurl, key = noscript:url(), helper.key()
-                local h = start({ "-s", lurl, "--mode", "legacy", "--ttl", "300", "run", key, "--", "sleep", "1" })
+                local h = start({ "-s", lurl, "--mode", "legacy", "--ttl", tostring(helper.ms(1000)), "run", key, "--",
+                    "sleep", tostring(helper.ms(3000) / 1000) })
                 local d = core.conn(noscript:spec())
                 finally(function() d:close() end)
                 wait_for(function() return d:command("EXISTS", key) == 1 end)
-                helper.sleep(600) -- twice the ttl
+                helper.sleep(helper.ms(2000)) -- twice the ttl
                 assert.equal(1, (redlock({ "-s", lurl, "--mode", "legacy", "try", key, "--", "true" })))
                 local code, _, err = finish(h)
                 assert.equal(0, code, err)

@@ -196,6 +196,7 @@ end
 describe("the documents", function()
     local redlock = require "redlock"
     local options = require "redlock.options"
+    local addresses = require "redlock.addresses"
 
     it("document every option of redlock.new and of the calls once, in the options table", function()
         local code = keys(options.DEFAULTS, options.CALL, options.CLIENT)
@@ -228,8 +229,8 @@ describe("the documents", function()
     end)
 
     it("document every field of a server table and of a tls table once", function()
-        same_names("server field", table_rows("| server field | type | meaning |"), options.SERVER_FIELDS)
-        same_names("tls field", table_rows("| tls field | type | default | meaning |"), options.TLS_FIELDS)
+        same_names("server field", table_rows("| server field | type | meaning |"), addresses.SERVER_FIELDS)
+        same_names("tls field", table_rows("| tls field | type | default | meaning |"), addresses.TLS_FIELDS)
     end)
 
     it("document every error code once, and only those the code returns", function()
@@ -348,6 +349,23 @@ describe("the documents", function()
             end
         end
         assert.same({}, problems)
+    end)
+
+    it("keep the README a one-minute read: at most 130 lines, `make test` within the first 90,"
+        .. " and docs/benchmarks.md at most 300", function()
+        local readme, bench
+        for _, doc in ipairs(DOCS) do
+            if doc.file == "README.md" then readme = doc end
+            if doc.file == "docs/benchmarks.md" then bench = doc end
+        end
+        -- (the last line ends with a newline: lines_of counts one empty line more)
+        assert.truthy(#readme.lines - 1 <= 130, "README.md has " .. (#readme.lines - 1) .. " lines")
+        local at
+        for i = 1, 90 do
+            if (readme.lines[i] or ""):find("make test", 1, true) then at = i break end
+        end
+        assert.truthy(at, "README.md does not show `make test` in its first 90 lines")
+        assert.truthy(#bench.lines - 1 <= 300, "docs/benchmarks.md has " .. (#bench.lines - 1) .. " lines")
     end)
 
     describe("complete programs", function()

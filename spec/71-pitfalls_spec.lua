@@ -34,8 +34,8 @@ describe("pitfalls", function()
     end)
 
     it("tokens come from the OS and never repeat, even across processes started together", function()
-        local workers = {}
-        for i = 1, 4 do workers[i] = helper.spawn("spec/workers/tokens.lua", 5000) end
+        local workers, draws = {}, helper.draws(5000)
+        for i = 1, 4 do workers[i] = helper.spawn("spec/workers/tokens.lua", draws) end
         local seen, n = {}, 0
         for i = 1, 4 do
             local status, out = workers[i]:wait(60000)
@@ -48,7 +48,7 @@ describe("pitfalls", function()
                 n = n + 1
             end
         end
-        assert.equal(20000, n)
+        assert.equal(4 * draws, n)
     end)
 
     it("acquire is one atomic step: one command, and the key never exists without a ttl", function()
@@ -133,7 +133,8 @@ describe("pitfalls", function()
         -- another holder has the key on 2 of 3: our attempt wins only the third
         data:command("SET", key, "theirs", "PX", 10000)
         assert.equal("OK", others[1]:cli("SET", key, "theirs", "PX", "10000"))
-        local c = redlock.new { servers = urls }
+        -- (server_timeout: every server answers, however slow valgrind is)
+        local c = redlock.new { servers = urls, server_timeout = 2000 }
         local lock, _, code = c:try_acquire(key)
         assert.is_nil(lock)
         assert.equal("locked", code)
@@ -147,23 +148,23 @@ describe("pitfalls", function()
 
     it("renewal never outlives release", function()
         local key = helper.key()
-        local lock = assert(client:acquire(key, { ttl = 300, renew = true }))
-        helper.sleep(400) -- renewed at least once: still ours
+        local lock = assert(client:acquire(key, { ttl = helper.ms(300), renew = true }))
+        helper.sleep(helper.ms(400)) -- renewed at least once: still ours
         assert.equal(lock.token, data:command("GET", key))
         assert.is_true(lock:release())
         -- the token back in place by hand: a renewal still running would extend it
-        data:command("SET", key, lock.token, "PX", 300)
-        helper.sleep(700)
+        data:command("SET", key, lock.token, "PX", helper.ms(300))
+        helper.sleep(helper.ms(700))
         assert.equal(0, data:command("EXISTS", key))
     end)
 
     it("renewal never outlives close()", function()
         local c = redlock.new { servers = { server:url() } }
         local key = helper.key()
-        local lock = assert(c:acquire(key, { ttl = 300, renew = true }))
+        local lock = assert(c:acquire(key, { ttl = helper.ms(300), renew = true }))
         c:close()
-        data:command("SET", key, lock.token, "PX", 300)
-        helper.sleep(700)
+        data:command("SET", key, lock.token, "PX", helper.ms(300))
+        helper.sleep(helper.ms(700))
         assert.equal(0, data:command("EXISTS", key))
     end)
 end)

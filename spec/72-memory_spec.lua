@@ -153,7 +153,7 @@ describe("eviction", function()
         local b = helper.start_server { config = { "maxmemory 100mb", "maxmemory-policy noeviction" } }
         local c = helper.start_server()
         local hook, seen = recorder()
-        local client = redlock.new { servers = { a:url(), b:url(), c:url() }, on_event = hook }
+        local client = redlock.new { servers = { a:url(), b:url(), c:url() }, on_event = hook, server_timeout = 1000 }
         stderr_of(function()
             assert(assert(client:acquire(helper.key())):release())
             assert(assert(client:acquire(helper.key())):release())
@@ -238,9 +238,9 @@ describe("a full memory (noeviction)", function()
         local hook, seen = recorder()
         local client = redlock.new { servers = { server:url() }, mode = "script", on_event = hook }
         local key = helper.key("renewed")
-        local ok, err = client:with_lock(key, { ttl = 400 }, function()
+        local ok, err = client:with_lock(key, { ttl = helper.ms(400) }, function()
             assert.matches(": OOM command not allowed", oom(data))
-            core.sleep(1000) -- renewals every ttl/3 or so, under OOM
+            core.sleep(helper.ms(1000)) -- renewals every ttl/3 or so, under OOM
             return true
         end)
         assert.is_true(ok, err)

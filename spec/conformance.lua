@@ -1,23 +1,24 @@
---- The conformance suite's fixture and drivers (spec/24-conformance_spec.lua).
+--- The conformance suite's fixture and drivers (spec/conformance_cases.lua).
 -- The fixture: one real Redis Cluster (3 masters, 1 replica each), one
 -- Sentinel group (a master, its replica, three sentinels), two plain servers
--- (the other voters of a Redlock) and, where it can run, one nginx. The
+-- (the other voters of a Redlock; the first with a replica) and, where it
+-- can run, one nginx. The
 -- drivers take locks through each path of the library the same way, and
 -- each answers an observation { ok, token, err, code } that a case checks:
---   plain   the Lua client over the hiredis connection (csrc/conn.c,
+--   plain   the Lua client over the hiredis connection (csrc/drivers/conn.c,
 --           cluster.c, sentinel.c)
 --   acked   the same, waiting for a replica (replicas = 1): the script and
---           WAIT in one write, conn.c's own round trip (round_trip_wait)
+--           WAIT in one write, the request loop's tail (redlock_request)
 --   fanout  a Redlock of the topology and the two plain servers: the
---           fan-out of csrc/fanout.c and lua/redlock/quorum.lua; what is
+--           fan-out of csrc/drivers/fanout.c and lua/redlock/quorum.lua; what is
 --           observed is the topology's own vote
---   renew   the renewal thread (csrc/renew.c): a lock held with renew =
+--   renew   the renewal thread (csrc/drivers/renew.c): a lock held with renew =
 --           true through the case's event, observed afterwards
 --   renew_redlock   the same for a Redlock of the topology and one plain
 --           server (a majority of 2): the thread's rounds go through the
 --           fan-out
---   nginx   the cosockets inside nginx (lua/redlock/cosocket.lua,
---           ngx_cluster.lua, ngx_sentinel.lua): spec/openresty/conform.lua
+--   nginx   the cosockets inside nginx (lua/redlock/nginx/: cosocket.lua,
+--           conn.lua's request loop): spec/openresty/conform.lua
 --   nginx_renew   the renewal from nginx timers (cosocket.renew): a lock
 --           held in the worker through the case's event, observed
 --           afterwards
@@ -48,6 +49,8 @@ function _M.start()
     local fx = {}
     fx.cluster = helper.start_cluster(3, 1)
     fx.voters = { helper.start_server(), helper.start_server() }
+    -- (the renewal's Redlock voter acknowledges writes too: replicas = 1)
+    fx.voter_replica = helper.start_replica(fx.voters[1])
     fx.master = helper.start_server()
     fx.replica = helper.start_replica(fx.master)
     fx.sentinels = {}
@@ -143,9 +146,23 @@ end
 
 local redlock = require "redlock"
 
--- What every driver's client is made with (the same for all).
-local function client_opts(servers)
-    return { servers = servers, retry_delay = 5, retry_jitter = 0, server_backoff = 0 }
+--- A server as the case gives it: ctx.url, or, when the case sets how often
+-- a Sentinel master is checked (ctx.sentinel_check), its table form.
+local function server_of(ctx)
+    if not ctx.sentinel_check then return ctx.url end
+    local addrs, name = ctx.url:match("^redis%+sentinel://([^/]+)/(.+)$")
+    local sentinels = {}
+    for a in addrs:gmatch("[^,]+") do sentinels[#sentinels + 1] = a end
+    return { sentinels = sentinels, master_name = name, sentinel_check = ctx.sentinel_check }
+end
+_M.server_of = server_of
+
+-- What every driver's client is made with (the same for all), and the
+-- case's replica acknowledgement (ctx.replicas, ctx.replica_timeout).
+local function client_opts(ctx, servers)
+    local o = { servers = servers, retry_delay = 5, retry_jitter = 0, server_backoff = 0 }
+    if ctx.replicas then o.replicas, o.replica_timeout = ctx.replicas, ctx.replica_timeout end
+    return o
 end
 
 local function observe_lock(lock, err, code)
@@ -155,7 +172,7 @@ end
 
 local plain = { name = "plain" }
 
-function plain.open(_, ctx) ctx.client = redlock.new(client_opts({ ctx.url })) end
+function plain.open(_, ctx) ctx.client = redlock.new(client_opts(ctx, { server_of(ctx) })) end
 function plain.acquire(_, ctx, key, ttl)
     return observe_lock(ctx.client:try_acquire(key, { ttl = ttl }))
 end
@@ -167,12 +184,12 @@ function plain.release(_, _, held) return held.lock:release() end
 function plain.close(_, ctx) if ctx.client then ctx.client:close() end end
 
 -- The plain client waiting for one replica's acknowledgement (replicas = 1):
--- every script goes with WAIT in one write, csrc/conn.c's own round trip.
+-- every script goes with WAIT in one write (csrc/drivers/conn.c's request loop).
 local acked = { name = "acked" }
 
 function acked.open(_, ctx)
-    local o = client_opts({ ctx.url })
-    o.replicas, o.replica_timeout = 1, 2000
+    local o = client_opts(ctx, { server_of(ctx) })
+    o.replicas, o.replica_timeout = 1, ctx.replica_timeout or 2000
     ctx.client = redlock.new(o)
 end
 acked.acquire = plain.acquire
@@ -186,7 +203,7 @@ acked.close = plain.close
 local fanout = { name = "fanout" }
 
 function fanout.open(fx, ctx)
-    local o = client_opts({ ctx.url, fx.voters[1]:url(), fx.voters[2]:url() })
+    local o = client_opts(ctx, { server_of(ctx), fx.voters[1]:url(), fx.voters[2]:url() })
     -- each voter's time limit as the other drivers' (their timeout): a cell
     -- then differs by its rule, not by its budget; unless the case asks
     -- for the default one (ttl / 200, 10 to 50 ms)
@@ -229,18 +246,18 @@ end
 function renew.observe(_, _, held)
     local lock = held.lock
     local lost, why = lock:lost()
-    local _, _, _, _, _, err = lock.renewal:state()
+    local _, _, _, failures, _, err = lock.renewal:state()
     return { ok = not lost, token = held.token, err = lost and (tostring(why) .. ": " .. tostring(err)) or err,
-        lock = lock }
+        lock = lock, failures = failures }
 end
 
 -- The renewal thread of a Redlock of two, the topology and one plain server
 -- (a majority of 2: the lock stays only while the topology renews it too),
--- whose rounds go through the fan-out of csrc/fanout.c from the thread.
+-- whose rounds go through the fan-out of csrc/drivers/fanout.c from the thread.
 local renew_redlock = { name = "renew_redlock", renews = true }
 
 function renew_redlock.open(fx, ctx)
-    local o = client_opts({ ctx.url, fx.voters[1]:url() })
+    local o = client_opts(ctx, { server_of(ctx), fx.voters[1]:url() })
     if not ctx.default_budget then o.server_timeout = 1000 end -- (as fanout's)
     ctx.client = redlock.new(o)
 end
@@ -258,9 +275,6 @@ function nginx.skip()
     local ok, mod = pcall(require, "openresty.nginx")
     if not ok then return "openresty.nginx: " .. tostring(mod) end
     local missing = mod.missing()
-    if not missing and ((os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" or os.getenv("REDLOCK_BUILD")) then
-        missing = "nginx's specs run in the Lua 5.4 suite"
-    end
     if not missing and not io.open("build/jit/redlock/core.so") then
         missing = "build/jit/redlock/core.so is missing: run `make build-jit`"
     end
@@ -308,9 +322,16 @@ function nginx.open(fx, ctx)
     cell_seq = cell_seq + 1
     ctx.ngx_client = "c" .. cell_seq
 end
+-- The client's settings a case adds, as query arguments (spec/openresty/conform.lua).
+local function ngx_settings(ctx)
+    local q = ""
+    if ctx.replicas then q = q .. string.format("&replicas=%d&replica_timeout=%d", ctx.replicas, ctx.replica_timeout) end
+    if ctx.sentinel_check then q = q .. "&check=" .. ctx.sentinel_check end
+    return q
+end
 function nginx.acquire(_, ctx, key, ttl)
-    local obs = ngx_call(string.format("op=acquire&client=%s&url=%s&key=%s&ttl=%d", ctx.ngx_client,
-        enc(ctx.url), enc(key), ttl))
+    local obs = ngx_call(string.format("op=acquire&client=%s&url=%s&key=%s&ttl=%d%s", ctx.ngx_client,
+        enc(ctx.url), enc(key), ttl, ngx_settings(ctx)))
     if obs.ok then obs.key = key end
     assert(not obs.ok or obs.transport == "cosocket", "the lock did not go over cosockets")
     return obs
@@ -334,8 +355,8 @@ nginx_renew.release = nginx.release
 nginx_renew.close = nginx.close
 nginx_renew.errors = nginx.errors
 function nginx_renew.hold(_, ctx, key, ttl, warm)
-    local obs = ngx_call(string.format("op=hold&client=%s&url=%s&key=%s&ttl=%d%s", ctx.ngx_client,
-        enc(ctx.url), enc(key), ttl, warm and "&warm=1" or ""))
+    local obs = ngx_call(string.format("op=hold&client=%s&url=%s&key=%s&ttl=%d%s%s", ctx.ngx_client,
+        enc(ctx.url), enc(key), ttl, warm and "&warm=1" or "", ngx_settings(ctx)))
     assert(obs.ok, obs.err)
     assert(obs.transport == "cosocket", "the lock did not go over cosockets")
     obs.key = key
@@ -349,7 +370,7 @@ function nginx_renew.observe(_, _, held)
     -- the renewal's own report and lock:lost() tell one story
     assert(t.agree == "true", "the renewal's handle and lock:lost() disagree: " .. body)
     return { ok = ok, token = held.token, key = held.key,
-        err = ok and t.err or (tostring(t.why) .. ": " .. tostring(t.err)) }
+        err = ok and t.err or (tostring(t.why) .. ": " .. tostring(t.err)), failures = t.err and 1 or 0 }
 end
 
 -- (the request drivers first: in a case with one event for all, the

@@ -20,10 +20,32 @@ local LUA = os.getenv("REDLOCK_LUA") or "lua5.4"
 
 -- make test-valgrind: keep the collector running all the time, so that a
 -- userdata collected while C still uses it shows up as an error.
-if os.getenv("REDLOCK_GC_STRESS") then
+local GC_STRESS = os.getenv("REDLOCK_GC_STRESS")
+if GC_STRESS then
     collectgarbage("setpause", 0)
     collectgarbage("setstepmul", 1000)
     debug.sethook(function() collectgarbage() end, "", 20000)
+end
+
+--- ms for a test that counts on the clock (a renewal that must keep a
+-- short ttl): n, or 4 n under valgrind (make test-valgrind), where the
+-- client and its renewal thread run 20 to 50 times slower, or 2 n under
+-- the sanitizers (make test-sanitize, beside the other suites).
+local VALGRIND = LUA:find("valgrind", 1, true) ~= nil
+local SANITIZED = (os.getenv("LD_PRELOAD") or ""):find("libasan", 1, true) ~= nil
+function _M.ms(n)
+    if VALGRIND then return 4 * n end
+    if SANITIZED then return 2 * n end
+    return n
+end
+
+--- How many draws a statistical test makes (tokens that never repeat):
+-- n, or n / 50 under make test-valgrind, whose subject is memory (a full
+-- collection every few instructions makes a large table's draws take
+-- minutes there); every other suite draws n.
+function _M.draws(n)
+    if GC_STRESS then return math.floor(n / 50) end
+    return n
 end
 
 -- Servers and redis-cli never run under a sanitizer runtime preloaded for
@@ -64,6 +86,41 @@ local function root()
     return tmp_root
 end
 _M.root = root
+
+-- Ports for servers and nginx: below the kernel's ephemeral range
+-- (ip_local_port_range, from 32768 by default), so that no connect on the
+-- machine takes a stopped server's port as its own before the server
+-- restarts there (a client retrying a dead local port even connects to
+-- itself now and then: spec/70); and reserved machine-wide for as long as
+-- this suite's temporary directory lives, by a link PORTS/PORT to it, so
+-- that no spec running beside this one, in this run or another, starts a
+-- server there meanwhile (a link whose directory is gone is free again).
+local PORTS, PORT_LO = "/tmp/redlock-ports", 10000
+local port_hi
+local function ephemeral_floor()
+    local f = io.open("/proc/sys/net/ipv4/ip_local_port_range")
+    local lo = f and tonumber((f:read("*l") or ""):match("^%s*(%d+)"))
+    if f then f:close() end
+    return lo
+end
+
+--- A free port for a server (see PORTS above), reserved for this suite.
+function _M.free_port()
+    if not port_hi then
+        local floor = ephemeral_floor()
+        port_hi = (floor and floor > PORT_LO + 1000) and floor - 1 or 32767
+        sh("mkdir -p -m 1777 " .. quote(PORTS))
+    end
+    for _ = 1, 100 do
+        local port = PORT_LO + urandom_int(port_hi - PORT_LO + 1)
+        local link = quote(PORTS .. "/" .. port)
+        if sh(string.format('t=$(readlink %s) && [ ! -d "$t" ] && rm -f %s; ln -s %s %s 2>/dev/null', link, link,
+            quote(root()), link)) then
+            return port
+        end
+    end
+    error("no free port: 100 picks in " .. PORT_LO .. "-" .. port_hi .. " were reserved (" .. PORTS .. ")")
+end
 
 local seq = 0
 local function fresh_dir(prefix)
@@ -395,7 +452,7 @@ end
 
 function Server:start()
     for _ = 1, 20 do
-        if not self.fixed_port then self.port = 20000 + urandom_int(40000) end
+        if not self.fixed_port then self.port = _M.free_port() end
         write_conf(self)
         -- (self.exec: a prefix that must exec redis-server in place, so
         -- that $! is the server: `ip netns exec NS`, `env FAKETIME=...`)
@@ -453,9 +510,9 @@ openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 
     }
 end
 
---- A port for a server's second listener (tls-port): random, from the OS
--- source; the caller starts again with another when it is taken.
-local function pick_port() return 20000 + urandom_int(40000) end
+--- A port for a server's second listener (tls-port): free_port's; the
+-- caller starts again with another when it is taken.
+local pick_port = _M.free_port
 _M.pick_port = pick_port
 
 --- Starts a redis-server that also listens with TLS on server.tls_port
@@ -533,12 +590,14 @@ function _M.start_server(opts)
     return self:start()
 end
 
---- Why a slow topology spec (Sentinel failover, replicas) does not run in
--- this suite, or nil: they run under Lua 5.4 only (the unit suite and the
--- ASan build, for the C they reach), not again under every interpreter.
-function _M.lua54_only()
+--- Why a spec that does not depend on the interpreter does not run in
+-- this suite, or nil: a slow topology spec (Sentinel failover, replicas),
+-- say, runs under Lua 5.4 only (the ASan build in `make test`, for the C
+-- it reaches), not again under every interpreter. what: "topology specs"
+-- by default.
+function _M.lua54_only(what)
     if (os.getenv("REDLOCK_LUA") or "lua5.4") ~= "lua5.4" then
-        return "topology specs run in the Lua 5.4 suite"
+        return (what or "topology specs") .. " run in the Lua 5.4 suite"
     end
     return nil
 end
@@ -553,10 +612,13 @@ function _M.start_replica(master, opts)
     local replica = _M.start_server({ password = opts.password, config = config, host = opts.host,
         exec = opts.exec, server_dir = opts.server_dir or master.server_dir })
     replica.master = master
-    if not _M.eventually(10000, function()
+    -- (30 s: a full sync forks the master and writes its RDB, each slow on a
+    -- busy machine; seen over 10 s once)
+    if not _M.eventually(30000, function()
         return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
     end) then
-        error("the replica on port " .. replica.port .. " did not connect to its master")
+        error("the replica on port " .. replica.port .. " did not connect to its master; its log ends:\n"
+            .. read_cmd("tail -n 8 " .. quote(replica.dir .. "/redis.log")))
     end
     return replica
 end
@@ -641,7 +703,7 @@ function _M.move_slot(cluster, slot, src, dst, pause_ms)
             local keys = {}
             for k in src:cli("CLUSTER", "GETKEYSINSLOT", slot, "10"):gmatch("[^\n]+") do keys[#keys + 1] = k end
             if #keys > 0 then
-                src:cli("MIGRATE", "127.0.0.1", dst.port, "", "0", "5000", "KEYS", (table.unpack or unpack)(keys))
+                src:cli("MIGRATE", dst.host or "127.0.0.1", dst.port, "", "0", "5000", "KEYS", (table.unpack or unpack)(keys))
             end
         until #keys == 0
     end
@@ -696,7 +758,20 @@ function Server:replicated_to(replica, ms)
     return _M.eventually(ms, function() return offset(replica, "slave_repl_offset") >= target end)
 end
 
-function Server:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
+--- Whether self.pid is still this server: a pid is reused once its process
+-- is gone (pid_max may be 32768), and a signal must not reach another
+-- process that got it. (A process whose directory cannot be read is a
+-- zombie leader still closing its sockets: alive's rule.)
+function Server:running()
+    if not alive(self.pid) then return false end
+    local cwd = read_cmd("readlink /proc/" .. self.pid .. "/cwd 2>/dev/null"):gsub("%s+$", "")
+    return cwd == "" or cwd == self.dir
+end
+
+function Server:signal(sig)
+    if not self:running() then return false end
+    return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null")
+end
 function Server:freeze() return self:signal("STOP") end
 function Server:thaw() return self:signal("CONT") end
 
@@ -707,7 +782,7 @@ function Server:stop(sig)
         self:signal("CONT")
         self:signal(sig or "TERM")
         for i = 1, 150 do
-            if not alive(self.pid) then break end
+            if not self:running() then break end
             if i == 100 then self:signal("KILL") end
             _M.sleep(20)
         end
@@ -795,20 +870,82 @@ function _M.pttl(conn, key)
     return t * 1000
 end
 
---- Whether cond() becomes true within ms (looked at every 20 ms, and once
--- more at the end).
+--- The last line of a tool's output file matching pattern (its capture),
+-- waited for up to 5 s; raises if it does not come.
+local function await_line(file, pattern)
+    local found
+    assert(_M.eventually(5000, function()
+        local f = io.open(file)
+        if not f then return false end
+        for l in f:lines() do found = l:match(pattern) or found end
+        f:close()
+        return found ~= nil
+    end), "no line " .. pattern .. " in " .. file)
+    return found
+end
+
+--- A proxy in front of `server` that can hold back what clients send
+-- (build/tests/hold_proxy, spec/c/hold_proxy.c): p:url() to reach the
+-- server through it; p:hold() keeps, from now on, what clients send on the
+-- connections open now and on the next `new` ones; p:release() forwards
+-- it, a connection at a time in the order they came, each after the
+-- server answered the one before, and returns once that is done (how
+-- many connections); p:cut() closes each connection open now after the
+-- first line of the server's next bytes (the first reply of a write that
+-- has two); p:stop(). Stopped at the end of the suite.
+function _M.start_hold_proxy(server, new)
+    local dir = fresh_dir("proxy")
+    local out = dir .. "/out"
+    local pid = read_cmd(string.format("%s/tests/hold_proxy 300 %d %d > %s 2>&1 & echo $!",
+        BUILD:gsub("/redlock$", ""), server.port, new, out)):match("%d+")
+    local f = assert(io.open(dir .. "/pid", "w"))
+    f:write(pid, "\n")
+    f:close()
+    local port = await_line(out, "^port (%d+)$")
+    local p, holds, releases, cuts = { pid = pid }, 0, 0, 0
+    -- (each signal is waited for: the next line of that kind in the output)
+    local function count(pattern)
+        local n, f2 = 0, io.open(out)
+        for l in f2:lines() do if l:match(pattern) then n = n + 1 end end
+        f2:close()
+        return n
+    end
+    function p.url() return "redis://127.0.0.1:" .. port end
+    function p.hold()
+        holds = holds + 1
+        sh("kill -USR1 " .. pid)
+        assert(_M.eventually(5000, function() return count("^holding$") >= holds end), "the proxy did not hold")
+    end
+    function p.release()
+        releases = releases + 1
+        sh("kill -USR2 " .. pid)
+        assert(_M.eventually(10000, function() return count("^released %d+$") >= releases end),
+            "the proxy did not release")
+        return tonumber(await_line(out, "^released (%d+)$"))
+    end
+    function p.cut()
+        cuts = cuts + 1
+        sh("kill -HUP " .. pid)
+        assert(_M.eventually(5000, function() return count("^cutting$") >= cuts end), "the proxy did not cut")
+    end
+    function p.stop() sh("kill " .. pid .. " 2>/dev/null") end
+    return p
+end
+
 --- Brings back every server of the list that a test killed or froze, and
 -- makes data[i], a core.conn to servers[i], afresh.
 function _M.heal(servers, data)
     local core = require "redlock.core" -- (the helper itself loads no module)
     for i, s in ipairs(servers) do
         s:thaw()
-        if not _M.alive(s.pid) then s:restart() end
+        if not s:running() then s:restart() end
         data[i]:close()
         data[i] = core.conn(s:spec())
     end
 end
 
+--- Whether cond() becomes true within ms (looked at every 20 ms, and once
+-- more at the end).
 function _M.eventually(ms, cond)
     local core = require "redlock.core" -- (the helper itself loads no module)
     local deadline = core.now() + ms
@@ -832,14 +969,16 @@ function _M.cycle_us(client, key, n)
 end
 
 --- A shell command that runs a Lua script under the interpreter of this
--- suite, with the module's paths.
-function _M.lua_cmd(script, ...)
+-- suite, with the module's paths and the core of build (default: the
+-- suite's, $REDLOCK_BUILD).
+function _M.lua_cmd_in(build, script, ...)
     local args = {}
     for i, a in ipairs({ ... }) do args[i] = quote(a) end
     return string.format("LUA_PATH=%s LUA_CPATH=%s %s %s %s",
-        quote("lua/?.lua;lua/?/init.lua;spec/?.lua;;"), quote(BUILD .. "/?.so;;"),
+        quote("lua/?.lua;lua/?/init.lua;spec/?.lua;;"), quote((build or BUILD) .. "/?.so;;"),
         LUA, quote(script), table.concat(args, " "))
 end
+function _M.lua_cmd(script, ...) return _M.lua_cmd_in(nil, script, ...) end
 
 --- Starts a worker in the background; returns a handle whose wait() returns
 -- its exit status and output.

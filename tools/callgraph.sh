@@ -1,5 +1,6 @@
 #!/bin/sh
-# The calls between csrc/*.c files, from their objects' symbols: file A
+# The calls between the C core's files (csrc/ and its layer folders), from
+# their objects' symbols: file A
 # calls file B when A's object uses a symbol B's defines. Prints the edges
 # ("a -> b"); fails (exit 1) when they form a cycle, which tsort reports.
 # make lint runs it: the C files call each other one way only (see
@@ -9,9 +10,10 @@ cd "$(dirname "$0")/.."
 LUA_CFLAGS=${LUA_CFLAGS:-$(pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)}
 dir=$(mktemp -d /tmp/redlock-callgraph.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-for f in csrc/*.c; do
+INC="-Icsrc -Icsrc/protocol -Icsrc/topology -Icsrc/connection -Icsrc/drivers"
+for f in csrc/*.c csrc/*/*.c; do
     # shellcheck disable=SC2086
-    cc -c -std=c99 -O0 $LUA_CFLAGS -Icsrc -I"${GEN:-build/gen}" -o "$dir/$(basename "$f" .c).o" "$f" || exit 1
+    cc -c -std=c99 -O0 $LUA_CFLAGS $INC -I"${GEN:-build/gen}" -o "$dir/$(basename "$f" .c).o" "$f" || exit 1
 done
 for o in "$dir"/*.o; do
     b=$(basename "$o" .o)

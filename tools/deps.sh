@@ -1,27 +1,81 @@
 #!/bin/sh
-# Installs what the build, the tests and the demo need from Debian's
-# packages, when something is missing. Needs root for apt-get.
+# The Debian packages each make target needs; installs with apt-get (as
+# root) those missing.
+#   sh tools/deps.sh             what make test needs, which is every target's
+#                                but bench's and docs' (make deps)
+#   sh tools/deps.sh demo build  those targets' (make deps-demo ...)
+#   sh tools/deps.sh --list      which target needs which, installing nothing
+#   PACKAGES="a b" sh tools/deps.sh   exactly these
 set -eu
-# Lua 5.1-5.3 and LuaJIT for `make test-matrix`; OpenResty's luajit2 because
-# Debian's luajit cannot be installed beside libnginx-mod-http-lua; nginx with
-# the Lua module and curl for spec/41-openresty_spec.lua; ldoc (with
-# discount for markdown) for the lint that builds the reference; libssl-dev
-# and openssl for TLS (the core links OpenSSL; spec/06 makes certificates);
-# redis-sentinel for the Sentinel specs; lua-sql-sqlite3 (LuaSQL, every
-# Lua) for the SQL examples (docs/fencing.md, examples/); iproute2 (`ip
-# netns`, veths) and faketime (libfaketime) for the partition and clock
-# specs (spec/74, spec/75).
-PACKAGES="${PACKAGES:-lua5.4 liblua5.4-dev libhiredis-dev redis-server redis-tools lua-busted lua-check luarocks
-libssl-dev openssl redis-sentinel pkg-config gcc make valgrind clang libclang-rt-14-dev cppcheck clang-tidy
-lua5.1 lua5.2 lua5.3 liblua5.1-0-dev liblua5.2-dev liblua5.3-dev luajit2 libluajit2-5.1-dev
-nginx libnginx-mod-http-lua libnginx-mod-http-ndk curl lua-ldoc lua-discount lua-sql-sqlite3 iproute2 faketime}"
+# build: the core (C99, hiredis, OpenSSL for TLS) for Lua 5.4; build-jit:
+# for LuaJIT, OpenResty's luajit2 branch because Debian's luajit cannot be
+# installed beside libnginx-mod-http-lua.
+BUILD="make gcc liblua5.4-dev libhiredis-dev libssl-dev"
+BUILD_JIT="make gcc libluajit2-5.1-dev libhiredis-dev libssl-dev"
+# demo: the build, Lua 5.4 and a redis-server (redis-cli to see it up).
+DEMO="$BUILD lua5.4 redis-server redis-tools"
+# check: the specs under Lua 5.4. busted; redis-sentinel for the Sentinel
+# specs; openssl makes spec/06's certificates; luarocks for spec/09 (and
+# zip, unzip, git for the packed rock); nginx with the Lua module, curl and
+# the LuaJIT core for spec/41; lua-sql-sqlite3 (LuaSQL) for the SQL
+# examples; iproute2 (`ip netns`) and faketime for spec/74 and spec/75.
+CHECK="$DEMO $BUILD_JIT luajit2 lua-busted redis-sentinel openssl luarocks zip unzip git
+nginx libnginx-mod-http-lua libnginx-mod-http-ndk curl lua-sql-sqlite3 iproute2 faketime"
+# lint: luacheck, cppcheck, clang-tidy; ldoc (with discount for markdown)
+# builds the reference.
+LINT="make gcc liblua5.4-dev libhiredis-dev libssl-dev pkg-config lua-check cppcheck clang-tidy lua-ldoc
+lua-discount"
+# test: check and lint, valgrind, clang's fuzzer runtime, and Lua 5.1-5.3
+# for the interpreter matrix (make test-m32 installs its own).
+TEST="$CHECK $LINT valgrind clang libclang-rt-14-dev lua5.1 lua5.2 lua5.3 liblua5.1-0-dev liblua5.2-dev
+liblua5.3-dev"
+# bench: what the specs' servers and nginx need, valgrind (callgrind) and
+# gnuplot for the chart.
+BENCH="$CHECK valgrind gnuplot-nox"
+DIST="$BUILD luarocks zip unzip git"
+DOCS="lua-ldoc lua-discount"
+
+TARGETS="demo build build-jit check lint test bench dist docs"
+packages_of() {
+    case $1 in
+        demo) echo "$DEMO" ;;
+        build) echo "$BUILD" ;;
+        build-jit) echo "$BUILD_JIT" ;;
+        check) echo "$CHECK" ;;
+        lint) echo "$LINT" ;;
+        test) echo "$TEST" ;;
+        bench | bench-report) echo "$BENCH" ;;
+        dist) echo "$DIST" ;;
+        docs) echo "$DOCS" ;;
+        *) echo "tools/deps.sh: no target '$1' (targets: $TARGETS)" >&2; exit 2 ;;
+    esac
+}
+# one name a line, each once
+unique() { tr ' ' '\n' | sed '/^$/d' | awk '!seen[$0]++'; }
+
+if [ "${1:-}" = "--list" ]; then
+    echo "make target  Debian packages (make deps-TARGET installs them; make deps: test's)"
+    for t in $TARGETS; do
+        printf '%-11s %s\n' "$t" "$(packages_of "$t" | unique | tr '\n' ' ')"
+    done
+    exit 0
+fi
+
+if [ -z "${PACKAGES:-}" ]; then
+    PACKAGES=""
+    for t in ${*:-test}; do
+        list=$(packages_of "$t") || exit 2
+        PACKAGES="$PACKAGES $list"
+    done
+fi
 missing=""
-for p in $PACKAGES; do
+for p in $(echo "$PACKAGES" | unique); do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
-    echo "missing Debian packages:$missing (run 'make deps' as root)" >&2
+    echo "missing Debian packages:$missing" >&2
+    echo "(as root: apt-get install$missing; or run this make target as root)" >&2
     exit 1
 fi
 echo "installing:$missing"

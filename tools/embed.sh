@@ -4,7 +4,7 @@
 # writes, under OUT (the Makefile's $(BUILD)/gen):
 #   OUT/scripts_gen.h     REDLOCK_SCRIPT_<NAME> "text" for each script,
 #                         REDLOCK_SCRIPT_LIST (the registry's entries,
-#                         csrc/script.c) and the --@define constants
+#                         csrc/protocol/script.c) and the --@define constants
 #   OUT/scripts/NAME.lua  each script as composed, its comments kept
 #                         (what `make lint` gives luacheck)
 # Two directives, each a Lua comment:
@@ -102,7 +102,7 @@ BEGIN {
     for (j = 1; j <= ndefs; j++) print "#define " order[j] " " defined[order[j]] "LL"
     for (i = 1; i <= nfiles; i++) { print ""; print bodies[i] }
     print ""
-    print "/* {name, text, sha} for csrc/script.c, one per scripts/NAME.lua */"
+    print "/* {name, text, sha} for csrc/protocol/script.c, one per scripts/NAME.lua */"
     printf "#define REDLOCK_SCRIPT_LIST"
     for (i = 1; i <= nfiles; i++)
         printf " \\\n    {\"%s\", REDLOCK_SCRIPT_%s, \"\"},", names[i], toupper(names[i])

@@ -22,16 +22,20 @@ check() {
         failed=$((failed + 1))
     fi
 }
-check luacheck luacheck --no-color -q lua spec examples $(ls -d bench tools 2>/dev/null)
+check luacheck luacheck --no-color -q lua spec examples $(ls -d bench tools torture 2>/dev/null)
 # the Redis scripts, composed as Redis gets them (.luacheckrc: std redis)
 check "luacheck scripts" luacheck --no-color -q "$GEN/scripts"
 check cppcheck cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-    --std=c99 --inline-suppr -I csrc -I "$GEN" $LUA_CFLAGS csrc fuzz
+    --std=c99 --inline-suppr -I csrc -I csrc/protocol -I csrc/topology -I csrc/connection \
+    -I csrc/drivers -I "$GEN" $LUA_CFLAGS csrc fuzz
 # shellcheck disable=SC2086
-check clang-tidy sh -c "clang-tidy --quiet csrc/*.c fuzz/*.c -- -std=c99 -I$GEN $LUA_CFLAGS 2>&1 |
+check clang-tidy sh -c "clang-tidy --quiet csrc/*.c csrc/*/*.c fuzz/*.c -- -std=c99 -I$GEN \
+    -Icsrc -Icsrc/protocol -Icsrc/topology -Icsrc/connection -Icsrc/drivers $LUA_CFLAGS 2>&1 |
     grep -E '(warning|error):' && exit 1 || exit 0"
 # the C files call each other one way only (docs/development.md, Layout)
 check "no call cycle among csrc/ files" sh tools/callgraph.sh
+# the Lua modules require each other one way only, at their top
+check "no require cycle among lua/ modules" sh tools/requires.sh
 # the benchmarks' C programs still build against the core's headers
 check "bench programs build" make --no-print-directory -s bench-bins
 # the reference `make docs` builds: a doc comment that no longer matches

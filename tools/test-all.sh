@@ -4,63 +4,74 @@
 # exits non-zero without counting a failure counts as one failure. Each
 # suite's time is in the summary.
 #
-# Suites joined by "+" run side by side (their output printed one after
-# the other when both are done): the matrix and the server builds spend
-# most of their time waiting on servers and timers, not on the 2 cores,
-# and share nothing (each server on a port of its own, each interpreter a
-# build/<version>/ of its own; neither starts namespaces, Sentinels or
-# Clusters, which are Lua 5.4's suites).
+# Groups run one after another; the suites of a group (joined by "+") run
+# side by side, each printed whole when it ends. The specs spend most of
+# their time waiting on servers and timers, and every spec file runs in a
+# directory, process group and set of ports of its own (spec/run.sh), so
+# suites share nothing but the 2 cores: each group pairs suites that wait
+# with suites that compute (lint, valgrind, the fuzzers), about the same
+# CPU time in each group.
+#
+# The Lua 5.4 suite is the sanitize suite: every spec against the
+# ASan+UBSan build (`make check`, or `make test-unit`, runs the same specs
+# against the default build); the matrix adds the other interpreters, the
+# servers suite the other server versions (docs/development.md says where
+# each spec runs, and why).
 set -u
 cd "$(dirname "$0")/.."
 . tools/totals.sh
-SUITES=${SUITES:-"unit lint m32 sanitize valgrind fuzz-smoke matrix+servers"}
-# The unit suite is Lua 5.4's run: the matrix adds the other interpreters.
+. tools/pool.sh
+# A new suite X is a make target test-X that ends with its own "N passed,
+# M failed" line, named in a group here. torture-smoke (make
+# test-torture-smoke: about 3 minutes, mostly waiting) runs beside the
+# sanitize suite.
+SUITES=${SUITES:-"sanitize+valgrind+m32+fuzz-smoke+torture-smoke lint+matrix+servers"}
+# The matrix: the interpreters other than the sanitize suite's Lua 5.4.
 export MATRIX="${MATRIX:-5.1 5.2 5.3 jit}"
 work=$(mktemp -d /tmp/redlock-suites.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+trap 'pool_stop; exit 130' INT TERM
 total_passed=0
 total_failed=0
 summary=""
 started=$(date +%s)
 
-# run SUITE: make test-SUITE into $work/SUITE.log, its exit code into
-# $work/SUITE.rc and its seconds into $work/SUITE.s
+# run SUITE N: make test-SUITE in the background, into $POOL/SUITE.log, its
+# exit code into $POOL/SUITE.rc and its seconds into $POOL/SUITE.s
 run() {
-    t0=$(date +%s)
-    make -s "test-$1" >"$work/$1.log" 2>&1
-    echo $? >"$work/$1.rc"
-    echo $(($(date +%s) - t0)) >"$work/$1.s"
+    (
+        t0=$(date +%s)
+        # (a process group of its own, for pool_stop)
+        setsid make -s "test-$1" >"$POOL/$1.log" 2>&1 </dev/null &
+        echo "-$!" >"$POOL/$2.pid"
+        wait $!
+        echo $? >"$POOL/$1.rc"
+        echo $(($(date +%s) - t0)) >"$POOL/$1.s"
+        : >"$POOL/$2.done"
+    ) &
 }
 
-# count SUITE: its totals added to the summary
-count() {
-    rc=$(cat "$work/$1.rc")
+# report SUITE: its output, and its totals added to the summary
+report() {
+    echo "=== $1 ($(cat "$POOL/$1.s") s)"
+    cat "$POOL/$1.log"
+    rc=$(cat "$POOL/$1.rc")
     # (no totals: 0 and 0, failed if its exit status says so)
-    totals "$work/$1.log"
+    totals "$POOL/$1.log"
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))
-    summary="$summary  $1: $p passed, $f failed ($(cat "$work/$1.s") s)\n"
+    summary="$summary  $1: $p passed, $f failed ($(cat "$POOL/$1.s") s)\n"
 }
 
 for group in $SUITES; do
     suites=$(echo "$group" | tr + ' ')
-    if [ "$suites" = "$group" ]; then
-        # one suite: its output as it comes
-        echo "=== $group"
-        t0=$(date +%s)
-        { make -s "test-$group"; echo $? >"$work/$group.rc"; } 2>&1 | tee "$work/$group.log"
-        echo $(($(date +%s) - t0)) >"$work/$group.s"
-    else
-        echo "=== $suites (side by side)"
-        for suite in $suites; do run "$suite" & done
-        wait
-        for suite in $suites; do
-            echo "=== $suite"
-            cat "$work/$suite.log"
-        done
-    fi
-    for suite in $suites; do count "$suite"; done
+    # (a pool's directory of its own: its jobs are numbered from 1)
+    POOL=$work/$(echo "$group" | tr + -)
+    mkdir -p "$POOL"
+    echo "=== $(echo $suites | sed 's/ / + /g') ($(date +%H:%M:%S))"
+    # shellcheck disable=SC2086
+    pool "$(echo $suites | wc -w)" run report $suites
 done
 echo "=== summary ($(($(date +%s) - started)) s)"
 printf "$summary"

@@ -14,7 +14,7 @@ out=${BUILD:-build}/m32
 mkdir -p "$out"
 # the build's own warnings, from the Makefile (one list, not two)
 : "${WARN:?run it as make test-m32, which passes the build's WARN}"
-# the generated scripts_gen.h (csrc/script.c includes it)
+# the generated scripts_gen.h (csrc/protocol/script.c includes it)
 : "${GEN:?run it as make test-m32, which makes GEN/scripts_gen.h}"
 # Debian's luaconf.h includes a multiarch header that lives only in the
 # host's triplet directory; it names paths, nothing that depends on the width.
@@ -31,15 +31,16 @@ result() {
     fi
 }
 
-for f in csrc/*.c; do
+INC="-Icsrc -Icsrc/protocol -Icsrc/topology -Icsrc/connection -Icsrc/drivers"
+for f in csrc/*.c csrc/*/*.c; do
     # shellcheck disable=SC2086
-    $CC -m32 -fsyntax-only $WARN -pthread $LUA_CFLAGS -I"$GEN" "$f"
+    $CC -m32 -fsyntax-only $WARN -pthread $LUA_CFLAGS $INC -I"$GEN" "$f"
     result $? "compiles for 32 bits: $f"
 done
 
 rm -f "$out/encode_bound" "$out/encode_bound.out"
 # shellcheck disable=SC2086
-$CC -m32 $WARN -O2 -g -Icsrc -o "$out/encode_bound" spec/c/encode_bound.c csrc/resp.c
+$CC -m32 $WARN -O2 -g $INC -o "$out/encode_bound" spec/c/encode_bound.c csrc/protocol/resp.c
 result $? "encode_bound builds for 32 bits"
 printf 'int main(void) { return 0; }\n' >"$out/probe.c"
 run=""

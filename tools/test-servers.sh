@@ -6,11 +6,12 @@
 # already runs against the redis-server on PATH, so each version runs the
 # specs that tell versions apart (SPECS_FOR below). Tests that need what a
 # version lacks are skipped there, by name (spec/helper.lua's needs).
-# Prints one line per server, its failures, and at the end
+# Prints one line per server as it ends, its failures, and at the end
 # "N passed, M failed"; without server builds, one line saying so.
 set -u
 cd "$(dirname "$0")/.."
 . tools/totals.sh
+export JOBS="${JOBS:-4}"
 DIR=${REDLOCK_TEST_SERVERS:-../shared/servers}
 found=""
 if [ -d "$DIR" ]; then
@@ -81,26 +82,46 @@ version_of() {
 
 LOGS=build/servers
 mkdir -p "$LOGS"
+POOL=$(mktemp -d /tmp/redlock-servers.XXXXXX)
+trap 'rm -rf "$POOL"' EXIT
+trap 'pool_stop; exit 130' INT TERM
+. tools/pool.sh
+
+# run DIR N: the specs of server folder DIR into its log, in the background
+run() {
+    (
+        start=$(date +%s)
+        # (the list split on purpose)
+        # shellcheck disable=SC2046
+        REDLOCK_SERVER_DIR=$1 LUA=lua5.4 sh spec/run.sh $(specs_for "$(version_of "$1")") \
+            >"$LOGS/$(basename "$1").log" 2>&1 &
+        echo $! >"$POOL/$2.pid"
+        wait $!
+        echo $(($(date +%s) - start)) >"$POOL/$2.s"
+        : >"$POOL/$2.done"
+    ) &
+}
+
 passed=0 failed=0 skipped=0
-# oldest first
-for d in $(for d in $found; do echo "$(version_of "$d") $d"; done | sort -n | cut -d" " -f2); do
-    name=$(basename "$d")
-    v=$(version_of "$d")
+report() {
+    name=$(basename "$1")
     log=$LOGS/$name.log
-    start=$(date +%s)
-    # (the list split on purpose)
-    # shellcheck disable=SC2046
-    REDLOCK_SERVER_DIR=$d LUA=lua5.4 sh spec/run.sh $(specs_for "$v") >"$log" 2>&1
     # (no totals: the run ended before them)
     totals "$log" || line="0 passed, 1 failed" f=1
     k=$(sed -n 's/^\([0-9]*\) skipped:$/\1/p' "$log")
     k=${k:-0}
-    echo "$name: $p passed, $f failed, $k skipped ($(($(date +%s) - start)) s; $log)"
+    echo "$name: $p passed, $f failed, $k skipped ($(cat "$POOL/$2.s") s; $log)"
     grep -A 6 '^not ok' "$log" | head -n 40
     passed=$((passed + p))
     failed=$((failed + f))
     skipped=$((skipped + k))
-done
+}
+
+# SERVER_JOBS builds at once (default 3), each running JOBS spec files at
+# once (default 4), oldest first
+# shellcheck disable=SC2046
+pool "${SERVER_JOBS:-3}" run report \
+    $(for d in $found; do echo "$(version_of "$d") $d"; done | sort -n | cut -d" " -f2)
 echo "servers: $skipped skipped in all (why: grep SKIP $LOGS/*.log)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

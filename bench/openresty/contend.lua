@@ -1,5 +1,5 @@
 --- The handler of `make bench-nginx` (bench/nginx.lua), loaded into nginx
--- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N[&limit=L]
+-- beside examples/openresty: GET /contend?key=K&notify=0|1&ms=N[&limit=L][&fair=1]
 -- takes lock:K (a permit of a semaphore of L with limit; waiting up to
 -- 10 s), holds it N ms, releases it, and answers the
 -- ms it waited for it, the ms its hold (ngx.sleep) really took, when the
@@ -9,23 +9,25 @@ local counter = require "counter"
 local core = require "redlock.core"
 
 local ngx = ngx
-local now, format, tonumber = core.now, string.format, tonumber
+local now, format, tonumber, tostring = core.now, string.format, tonumber, tostring
 
 local _M = {}
 local clients = {}
 
-local function client(notify)
-    local c = clients[notify]
+local function client(notify, fair)
+    local name = tostring(notify) .. tostring(fair)
+    local c = clients[name]
     if not c then
         local r = counter.redis
-        c = redlock.new { servers = { { host = r.host, port = r.port } }, wait = 10000, notify = notify }
-        clients[notify] = c
+        c = redlock.new { servers = { { host = r.host, port = r.port } }, wait = 10000, notify = notify,
+            fair = fair }
+        clients[name] = c
     end
     return c
 end
 
 function _M.contend()
-    local c = client(ngx.var.arg_notify ~= "0")
+    local c = client(ngx.var.arg_notify ~= "0", ngx.var.arg_fair == "1")
     local t0 = now()
     local limit = tonumber(ngx.var.arg_limit)
     local lock, err = c:acquire("lock:" .. ngx.var.arg_key, limit and { limit = limit } or nil)

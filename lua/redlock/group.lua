@@ -385,15 +385,41 @@ local function list_then(keys, ...)
     return unpack(t, 1, n + extra)
 end
 
+-- The keys, the fence counter (fkey; none when false), then each key's
+-- waiters queue, then each key's waiters' data.
+local function with_waiters(keys, fkey)
+    local n = #keys
+    local t, m = {}, fkey and n + 1 or n
+    for i = 1, n do
+        t[i] = keys[i]
+        t[m + i] = companion_key(keys[i], WAITERS)
+        t[m + n + i] = notify.data_key(keys[i])
+    end
+    if fkey then t[n + 1] = fkey end
+    return t, m + 2 * n
+end
+
 --- The same over Redlock (servers that are not Cluster members: a group
 -- takes all its keys in one script on each server): a majority must grant
 -- every key; each key's fence is the largest the granting servers gave it,
 -- and the largest of all goes back to their counters (one per server).
+-- A group is a newcomer to each key's queue at every attempt (how set:
+-- the single lock's rule, see scripts/group_acquire.lua), with its score
+-- once it has one (place.score, see redlock.quorum); it takes no place:
+-- its waiting polls. Its release leaves each key somebody waits for to
+-- the single lock's release, which wakes them (keys_left).
 _M.quorum = quorum.of {
     what = "a group lock",
     acquire_script = "group_acquire",
-    acquire_args = function(keys, token, ttl_s, unfenced, fkey)
+    acquire_args = function(keys, token, ttl_s, unfenced, fkey, _, how, place)
         local n = #keys
+        if how then
+            local t, m = with_waiters(keys, not unfenced and fkey)
+            t[m + 1], t[m + 2], t[m + 3] = token, ttl_s, format("%d", n)
+            local score = place and place.score
+            t[m + 4], t[m + 5] = notify.BARGE_MS, score
+            return m, unpack(t, 1, score and m + 5 or m + 4)
+        end
         if unfenced then return n, list_then(keys, token, ttl_s, format("%d", n)) end
         return n + 1, list_then(keys, fkey, token, ttl_s, format("%d", n))
     end,
@@ -418,11 +444,10 @@ _M.quorum = quorum.of {
             t[i] = keys[i]
             t[n + i] = companion_key(keys[i], WAITERS)
         end
-        -- (every key deleted: a Redlock's waiters poll, none is queued)
         t[2 * n + 1] = token
-        t[2 * n + 2] = "all"
-        return 2 * n, unpack(t, 1, 2 * n + 2)
+        return 2 * n, unpack(t, 1, 2 * n + 1)
     end,
+    keys_left = true,
     extend_script = "group_extend",
     extend_args = function(keys, token, ttl_s) return #keys, list_then(keys, token, ttl_s) end,
 }

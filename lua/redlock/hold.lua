@@ -1,4 +1,4 @@
---- Holding a lock: background renewal (the C watchdog of csrc/renew.c),
+--- Holding a lock: background renewal (the C watchdog of csrc/drivers/renew.c),
 -- the lost-lock signal (lock:lost(), opts.on_lost) and re-entrant holds.
 -- Internal; redlock.lua calls it at the points named below.
 --
@@ -304,6 +304,12 @@ function _M.expires(lock)
     return lock.expires
 end
 
+--- The whole ms of lock's validity left at t (default now): what
+-- remaining() answers; 0 is "run out", for every check of it.
+function _M.left(lock, t)
+    return math.max(0, math.floor(_M.expires(lock) - (t or now())))
+end
+
 --- Why lock is lost, or nil: the renewal (or extend/release) found the token
 -- gone ("gone"), the validity ran out before a renewal ("expired"), or the
 -- renewal stopped at max_hold and the validity then ran out ("max_hold").
@@ -313,11 +319,20 @@ function _M.lost(lock)
     local h = lock.renewal
     local why = h and h:lost()
     if why then return why end
-    if _M.expires(lock) - now() <= 0 then
+    if _M.left(lock) == 0 then
         local phase = h and h:state()
         return phase == "holding" and "max_hold" or "expired"
     end
     return nil
+end
+
+--- lock:lost()'s answer, and the loss reported (on_lost, the lost event)
+-- the first time it is known: the clock can tell before the renewal
+-- thread has woken to mark it.
+function _M.learn_lost(lock)
+    local why = _M.lost(lock)
+    if why then report(lock, why) end
+    return why
 end
 
 --- The renewal's own finding only (what release and with_lock trust: a
@@ -349,7 +364,15 @@ function _M.found_gone(lock, why)
     report(lock, lock.lost_reason)
 end
 
---- A Lua-side extend succeeded: the renewal continues from it.
+--- An extend of lock is on its way with a ttl that ends sooner than its
+-- validity: the validity ends at expires (ms, monotonic) from now on.
+function _M.shorten(lock, expires)
+    lock.expires = expires
+    _M.extended(lock)
+end
+
+--- A Lua-side extend succeeded (or shortened lock's validity): the
+-- renewal continues from lock.ttl and lock.expires.
 function _M.extended(lock)
     local h = lock.renewal
     if h then h:update(lock.ttl, lock.expires) end

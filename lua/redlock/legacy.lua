@@ -143,7 +143,9 @@ local unexpected = util.unexpected
 -- retry on a fresh connection, nor to a new one at all (conn:command_kept:
 -- a lost connection, a Sentinel switch): the server forgets WATCH and
 -- MULTI with the old one, and an unguarded write is what this module must
--- never send.
+-- never send. Each operation is one sequence (server.sequence: inside
+-- nginx, on the cosocket its first command took, as hiredis' one
+-- connection does).
 local function cmd(server, ...)
     local r, err, code = server.conn:command_kept(...)
     return r, err, code
@@ -654,9 +656,15 @@ local function no_replicas(server)
         .. " for replicas)", server.name), "server"
 end
 
+-- f(server, ...) as one sequence (see cmd).
+local function sequence(server, f, ...)
+    local seq = server.sequence
+    if seq then return seq(server, f, ...) end
+    return f(server, ...)
+end
+
 local function op(name)
-    return function(server, key, token, ttl, rep)
-        if rep and name == "extend" then return no_replicas(server) end
+    local function run(server, key, token, ttl)
         local caps, err, code = _M.caps(server)
         if not caps then return nil, err, code end
         local impl = caps.watch and guarded or bare
@@ -666,27 +674,28 @@ local function op(name)
         if w and (ok == false or (name == "release" and ok ~= nil)) then w[token] = nil end
         return ok, v, c
     end
+    return function(server, key, token, ttl, rep)
+        if rep and name == "extend" then return no_replicas(server) end
+        return sequence(server, run, key, token, ttl)
+    end
 end
 
+local function acquire(server, key, token, ttl, unfenced)
+    local caps, err, code = _M.caps(server)
+    if not caps then return nil, err, code end
+    local impl = caps.watch and guarded or bare
+    return impl.acquire(server, caps, key, token, ttl, unfenced)
+end
 --- true, fence | false, pttl (another holder; -1: no expiry) | nil, err, code
 -- (waiting and again: notified waiting's, which legacy mode does not do;
 -- unfenced: fence = false, no counter touched and fence 0.)
 -- rep: replica acknowledgement, which legacy mode refuses.
 function _M.acquire(server, key, token, ttl, _, _, unfenced, rep)
     if rep then return no_replicas(server) end
-    local caps, err, code = _M.caps(server)
-    if not caps then return nil, err, code end
-    local impl = caps.watch and guarded or bare
-    return impl.acquire(server, caps, key, token, ttl, unfenced)
+    return sequence(server, acquire, key, token, ttl, unfenced)
 end
 
---- Raises the server's fence counter to at least `fence` (Redlock writes a
--- lock's fence back to the servers that granted it): the stream's last ID
--- to the fence's (an explicit XADD, refused when it is already higher), or
--- for a string counter GET, then INCRBY of the difference, which never
--- lowers it whatever runs in between (it may go higher). true | nil, err,
--- code.
-function _M.raise_fence(server, counter, fence)
+local function raise_fence(server, counter, fence)
     local caps = server.caps
     if not caps or caps.streams then
         local seq = fence % 100
@@ -708,6 +717,14 @@ function _M.raise_fence(server, counter, fence)
     if r == nil then return nil, err, code end
     return true, tonumber(r)
 end
+--- Raises the server's fence counter to at least `fence` (Redlock writes a
+-- lock's fence back to the servers that granted it): the stream's last ID
+-- to the fence's (an explicit XADD, refused when it is already higher), or
+-- for a string counter GET, then INCRBY of the difference, which never
+-- lowers it whatever runs in between (it may go higher). true | nil, err,
+-- code.
+function _M.raise_fence(server, counter, fence) return sequence(server, raise_fence, counter, fence) end
+
 --- true | false (not ours any more, or past our expiry) | nil, err, code
 _M.release = op("release")
 --- true | false | nil, err, code

@@ -1,4 +1,5 @@
---- Notified waiting on one server, with a direct hand-off: instead of
+--- Notified waiting (on one server; Redlock's waiters: redlock.quorum.wait),
+-- with a direct hand-off: instead of
 -- polling, a waiter blocks in BLPOP until the holder's release either hands
 -- it the lock or wakes it. Internal.
 --
@@ -17,7 +18,7 @@
 -- round trip follows. Waiters are served in queue order, so none is
 -- starved and newcomers cannot barge in while anybody waits. A waiter that
 -- only wants to be woken (inside nginx, where one subscriber per worker
--- wakes them, redlock.ngx_wait; or one whose lock must wait for replicas)
+-- wakes them, redlock.nginx.wait; or one whose lock must wait for replicas)
 -- gets the key deleted and the wake-up list filled instead, and tries again.
 -- See the scripts scripts/acquire.lua and scripts/release.lua.
 --
@@ -38,7 +39,6 @@ local options = require "redlock.options"
 local util = require "redlock.util"
 
 local companion_key, now, topo_reply = util.companion_key, core.now, core.topo_reply
-local once_more = util.once_more
 local format, find, match, tonumber, type = string.format, string.find, string.match, tonumber, type
 local ceil, floor = math.ceil, math.floor
 local running = coroutine.running
@@ -49,6 +49,26 @@ local _M = {}
 -- keys that holders outside this library release, who push no wake-up.
 options.CALL.notify = options.checks.boolean
 options.DEFAULTS.notify = true
+
+--- fair = true: every release hands the lock to the front waiter (a strict
+-- queue); false: a release whose front waiter has waited less than
+-- BARGE_MS leaves the key free and wakes that waiter to compete, so that
+-- the next acquirer, the releasing process included, takes it at once.
+options.CALL.fair = options.checks.boolean
+options.DEFAULTS.fair = false
+
+--- The bound (ms, as the release script reads it) of fair = false: a
+-- waiter that has waited this long (the server's clock, from its first
+-- refused attempt) is handed the lock by the next release, before any
+-- newcomer.
+_M.BARGE_MS = "1"
+
+--- A waiter woken to compete waits this many of its round trips before it
+-- tries: the releasing process, which usually takes the lock straight back,
+-- then does so without a wake-up on its way (a free lock waits that long
+-- for the waiter when nobody else comes). (_M.WOKEN_MS, when set: that
+-- many ms instead, to tune it: bench/contended.lua)
+_M.WOKEN_RTTS = 1
 
 --- A waiter blocks at most this long (ms) before it asks again, which
 -- renews its place in the queue: its place lasts that long and a second
@@ -70,12 +90,22 @@ function _M.handoff_prefix(key) return companion_key(key, _M.HANDOFF) end
 function _M.handoff_key(key, token) return companion_key(key, _M.HANDOFF) .. token end
 local wake_key, handoff_key = _M.wake_key, _M.handoff_key
 
---- The server ms of the caller's last refused attempt (redlock.scripted),
--- or nil. Inside nginx requests share a server: each has its own
--- (server.refused_by, by coroutine).
-function _M.refused_at(server)
+-- The key of the caller's own refusal time inside nginx (server.refused_by:
+-- requests share the server, each has its own), or nil: outside nginx,
+-- and in nginx's phases that run outside any coroutine (init, set, the
+-- filters, log, balancer: nothing yields there, so server.refused_at,
+-- set last, is the caller's).
+local function refused_by(server)
     local by = server.refused_by
-    if by then return by[running()] end
+    local co = by and running()
+    if co then return by, co end
+end
+
+--- The server ms of the caller's last refused attempt (redlock.scripted),
+-- or nil.
+function _M.refused_at(server)
+    local by, co = refused_by(server)
+    if by then return by[co] end
     return server.refused_at
 end
 local refused_at_of = _M.refused_at
@@ -84,23 +114,24 @@ local refused_at_of = _M.refused_at
 -- the acquire script's answer), which a hand-off counts from.
 function _M.set_refused_at(server, at)
     server.refused_at = at
-    -- (inside nginx, requests share the server: each its own)
-    local by = server.refused_by
-    if by then by[running()] = at end
+    local by, co = refused_by(server)
+    if by then by[co] = at end
 end
 
 --- What a hand-off's element says: the fence (0 when none was asked for)
--- and the server ms since the waiter's last refused attempt (_M.refused_at),
--- at least 0. refused_at: that attempt's server ms, when the caller knows
--- it.
+-- and the server ms since the waiter's last refused attempt (_M.refused_at);
+-- nil when the hand-off came before that attempt: a refusal means the
+-- key did not hold the waiter's token (ACQUIRE finds its own), so the
+-- lock handed before it has gone on. refused_at: that attempt's server ms,
+-- when the caller knows it.
 function _M.handed(server, element, refused_at)
     local fence, at = match(element, "^(%d+) (%d+)$")
     if not fence then return nil end
-    -- unknown (no TIME), or a server clock that went back: 0, the least
-    -- (the lock then counts from before the last attempt)
+    -- unknown (no TIME): 0, the lock counts from before the last attempt
     refused_at = refused_at or refused_at_of(server) or 0
-    local since = refused_at > 0 and tonumber(at) - refused_at or 0
-    if since < 0 then since = 0 end
+    if refused_at <= 0 then return tonumber(fence), 0 end
+    local since = tonumber(at) - refused_at
+    if since < 0 then return nil end
     return tonumber(fence), since
 end
 
@@ -158,7 +189,9 @@ end
 -- `ms` pass. token: the waiter's, when it may be handed the lock (it
 -- blocks on its own hand-off list, and on the wake-up list, which a
 -- release fills when it cannot hand over: see RELEASE), else nil (it
--- blocks on the wake-up list). Returns true when it waited (woken or not); "handed", fence, since
+-- blocks on the wake-up list). Returns true when it waited (woken or not;
+-- "woken" when a release that left the key free woke it to compete: see
+-- scripts/parts/serve_queue.lua); "handed", fence, since
 -- (see _M.handed) when it holds the lock now; nil when it could not wait,
 -- and the caller sleeps instead: no connection; a server that refuses
 -- BLPOP (renamed away, ACL), which then polls for good (a block that the
@@ -198,7 +231,8 @@ function _M.wait(server, key, ms, token, final)
     local secs = timeout(server, final and ms + TICK_MS or ms)
     if not secs then return nil end
     conn:set_timeout(final and ms or ms + server.waiter_timeout)
-    local r, err, code, stale = once_more(blpop, conn, key, token, secs)
+    -- (a stale connection is sent again once by the conn itself)
+    local r, err, code, stale = blpop(conn, key, token, secs)
     if r == nil and final and code == "connection" and find(err, "timed out", 1, true) then return true end
     -- the sentinels announced a failover: try again at once, on the new master
     if r == nil and stale == "moved" then return true end
@@ -215,6 +249,8 @@ function _M.wait(server, key, ms, token, final)
     end
     -- (the wake-up list's element: woken, to try again)
     if token and type(r) == "table" and r[2] and r[1] ~= wake_key(key) then
+        -- (a release that left the key free woke this waiter to compete)
+        if r[2] == "w" then return "woken" end
         local fence, since = _M.handed(server, r[2])
         if fence then return "handed", fence, since end
     end

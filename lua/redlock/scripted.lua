@@ -108,7 +108,7 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     else
         -- a waiter: the waiters queue and data, its hand-off list, then the counter
         local wkey, dkey, hkey = waiters_key(key), data_key(key), handoff_key(key, token)
-        local how = _M.how(server, handoff)
+        local how = _M.how(server, handoff, key, token)
         if unfenced then
             taken, v, at = conn:eval_values("acquire", 4, key, wkey, dkey, hkey, token, ttl_s, waiting, how)
         else
@@ -119,16 +119,18 @@ function _M.acquire(server, key, token, ttl, waiting, handoff, unfenced, rep)
     return _M.answer(server, taken, v, at)
 end
 
---- How a waiter joins the waiters queue (ARGV[4] of scripts/acquire.lua;
--- every kind's acquire script takes the same): "h"
+--- How a waiter (token) of key joins the waiters queue (ARGV[4] of
+-- scripts/acquire.lua; every kind's acquire script takes the same): "h"
 -- handed the lock or permit on its hand-off list, "p" (inside nginx,
--- server.handoff_how says, redlock.cosocket) by a message to its worker's
+-- server.handoff_how says, redlock.nginx.cosocket) by a message to its worker's
 -- subscriber, "w" woken only. handoff: the caller may be handed it (see
 -- _M.acquire); a server that refused BLPOP is polled, so only woken.
-function _M.how(server, handoff)
+-- give_back: its kind's release, nil for a single lock's (see
+-- redlock.nginx.wait).
+function _M.how(server, handoff, key, token, give_back)
     if not handoff or server.no_notify then return "w" end
     local f = server.handoff_how
-    return f and f(server) or "h"
+    return f and f(server, key, token, give_back, handoff) or "h"
 end
 
 local FENCE_COUNTER = util.FENCE_COUNTER
@@ -136,7 +138,7 @@ local FENCE_COUNTER = util.FENCE_COUNTER
 --- The uncontended acquire without a script: SET NX PX and, for a fence,
 -- the counter's XADD (raised to the server's clock by the server itself,
 -- scripts/parts/fence.lua), in one round trip (conn:grant; inside nginx the
--- cosocket transport's, redlock.cosocket), on a server whose connection
+-- cosocket transport's, redlock.nginx.cosocket), on a server whose connection
 -- can (not a Cluster, and once a script ran on this very connection:
 -- server.grants; inside nginx, with no pooled connection made since).
 -- Returns true, fence[, t] (t: now() after the answer, when fenced) |
@@ -204,11 +206,14 @@ function _M.answer(server, taken, v, at)
     end
     if taken == nil then return nil, v, at end
     -- (a semaphore's key: see redlock.semaphore)
-    if taken == 2 then return require("redlock.semaphore").misuse(nil, v, nil, server) end
+    if taken == 2 then return util.misuse(nil, v, nil, server) end
     return unexpected(server, "acquire", taken)
 end
 
-function _M.release(server, key, token)
+-- bound: ms (a string) under which the front waiter's wait lets the key
+-- go free and wakes it to compete (redlock.notify.BARGE_MS); nil: the
+-- release hands the key to the front waiter whatever its wait (fair).
+function _M.release(server, key, token, bound)
     -- 2: waiters announced themselves (redlock.notify); the five-key form
     -- hands the lock to the one at the front, or wakes it. After a
     -- release that woke waiters (3), the next one of the same key goes
@@ -221,14 +226,20 @@ function _M.release(server, key, token)
             return r == 1
         end
     end
-    return _M.release_waking(server, key, token)
+    return _M.release_waking(server, key, token, bound)
 end
 
 --- The five-key release, which wakes the waiters the two-key one answered 2
 -- for (see _M.release).
-function _M.release_waking(server, key, token)
-    local r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
-        fence_key(key, server.slot_fences), token, handoff_prefix(key))
+function _M.release_waking(server, key, token, bound)
+    local r, err, code
+    if bound then
+        r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
+            fence_key(key, server.slot_fences), token, handoff_prefix(key), bound)
+    else
+        r, err, code = server:eval("release", 5, key, waiters_key(key), data_key(key), wake_key(key),
+            fence_key(key, server.slot_fences), token, handoff_prefix(key))
+    end
     if r == nil then return nil, err, code end
     server.woke_key = r == 3 and key
     if r == 3 then return true end
@@ -261,7 +272,7 @@ end
 -- as a release hands it the lock takes it with that message
 -- (Server:handed_late; give_back: its kind's release, nil a single
 -- lock's, for a request that ends meanwhile); gone: the waiter's request
--- has ended (redlock.ngx_wait gives the lock back), nobody takes it.
+-- has ended (redlock.nginx.wait gives the lock back), nobody takes it.
 function _M.give_up(server, key, token, give_back, gone)
     local r = server:eval("give_up", 5, key, waiters_key(key), data_key(key), handoff_key(key, token),
         wake_key(key), token)

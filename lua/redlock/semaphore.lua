@@ -24,7 +24,7 @@ local options = require "redlock.options"
 local detect = require "redlock.detect"
 local scripted = require "redlock.scripted"
 
-local ms_string, show_key, fence_counter = util.ms_string, util.show_key, util.fence_counter
+local ms_string, fence_counter = util.ms_string, util.fence_counter
 local waiters_key, data_key, handoff_key, wake_key, handoff_prefix =
     notify.waiters_key, notify.data_key, notify.handoff_key, notify.wake_key, notify.handoff_prefix
 local format, type, error, tostring = string.format, type, error, tostring
@@ -41,22 +41,8 @@ options.CALL.limit = function(fname, name, v)
     return v
 end
 
---- The misuse answer ({2, M} from a script) as nil, message, "misuse".
--- m: the limit of the semaphore found (0: no semaphore); limit: the one
--- asked for, or nil when asked: what was asked ("a single lock", ...).
-function _M.misuse(key, m, limit, server, asked)
-    local what
-    if m == 0 and limit then
-        what = "is not a semaphore (a single lock, readers, a group's key or another value holds it)"
-    elseif m == 0 then
-        what = "holds a value of another kind than this library's locks"
-    elseif limit then
-        what = format("is held as a semaphore of limit %d, not %d", m, limit)
-    else
-        what = format("is held as a semaphore (limit %d), not as %s", m, asked or "a single lock")
-    end
-    return nil, format("misuse: %s %s on %s", key and show_key(key) or "the key", what, server.name), "misuse"
-end
+--- The misuse answer ({2, M} from a script): redlock.util.misuse.
+_M.misuse = util.misuse
 
 --- A failure of a kind's acquire, said plainly when the server refuses
 -- scripting (mode "auto" before it has decided: the kinds have no legacy
@@ -85,9 +71,16 @@ local function answer(server, key, what, limit, taken, v, at, asked)
 end
 
 
-local function release(server, name, key, token)
-    local r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
-        fence_counter(key, server.slot_fences), token, handoff_prefix(key))
+-- bound: the release's (fair = false, see redlock.scripted.release), or nil
+local function release(server, name, key, token, bound)
+    local r, err, code
+    if bound then
+        r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
+            fence_counter(key, server.slot_fences), token, handoff_prefix(key), bound)
+    else
+        r, err, code = server:eval(name, 5, key, waiters_key(key), data_key(key), wake_key(key),
+            fence_counter(key, server.slot_fences), token, handoff_prefix(key))
+    end
     if r == nil then return nil, err, code end
     if r == 2 then return _M.misuse(key, 0, true, server) end -- (SEM_RELEASE: no semaphore there)
     return r == 1 or r == 3
@@ -124,12 +117,23 @@ function _M.make(name, what, scripts, limit)
         shared = name == "shared" }
     local limit_s = limit and format("%d", limit)
     local acquire_name, release_name = scripts[1], scripts[2]
-    -- the script's arguments: token, ttl, [limit,] waiting, how, fenced
-    local function args(token, ttl, waiting, how, fenced)
-        if limit_s then return token, ms_string(ttl), limit_s, waiting or "0", how, fenced end
+    -- the script's arguments: token, ttl, [limit,] waiting, how, fenced[,
+    -- bound: a semaphore's caller with fair = false passes waiters younger
+    -- than that, see scripts/sem_acquire.lua]
+    local function args(token, ttl, waiting, how, fenced, bound)
+        if limit_s then
+            if bound then return token, ms_string(ttl), limit_s, waiting or "0", how, fenced, bound end
+            return token, ms_string(ttl), limit_s, waiting or "0", how, fenced
+        end
         return token, ms_string(ttl), waiting or "0", how, fenced
     end
-    function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep)
+    -- (inside nginx, the worker's subscriber gives back a permit handed to
+    -- a waiter whose request has ended: redlock.nginx.wait; bound: a release's
+    -- with fair = false)
+    local function give_back(server, key, token, bound)
+        return release(server, release_name, key, token, bound)
+    end
+    function s.acquire(client, key, token, ttl, waiting, handoff, unfenced, rep, _, bound)
         local server = client.servers[1]
         local undecided = server.ops == detect
         if undecided then
@@ -142,11 +146,11 @@ function _M.make(name, what, scripts, limit)
         if rep then
             -- (a holder that waits for replicas is never handed over: woken)
             ok, v, code = acquire_acked(server, s, key, token, rep, 5, key, waiters_key(key), data_key(key),
-                hkey, fkey, args(token, ttl, waiting, "w", fenced))
+                hkey, fkey, args(token, ttl, waiting, "w", fenced, bound))
         else
-            local how = scripted.how(server, handoff)
+            local how = scripted.how(server, handoff, key, token, give_back)
             local taken, r, at = server.conn:eval_values(acquire_name, 5, key, waiters_key(key),
-                data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced))
+                data_key(key), hkey, fkey, args(token, ttl, waiting, how, fenced, bound))
             ok, v, code = answer(server, key, acquire_name, limit, taken, r, at, s.asked)
         end
         if undecided then detect.settled(server, ok ~= nil or code == "misuse", v, code) end
@@ -154,12 +158,9 @@ function _M.make(name, what, scripts, limit)
         if ok == nil then v, code = _M.needs_scripts(server, s.asked, v, code) end
         return single.acquired(server, ok, v, code)
     end
-    -- (inside nginx, the worker's subscriber gives back a permit handed to
-    -- a waiter whose request has ended: redlock.ngx_wait)
-    local function give_back(server, key, token) return release(server, release_name, key, token) end
-    function s.release(client, key, token)
+    function s.release(client, key, token, bound)
         local server = client.servers[1]
-        return single.released(server, give_back(server, key, token))
+        return single.released(server, give_back(server, key, token, bound))
     end
     -- one extend script for locks, permits and readers (scripts/extend.lua)
     s.extend = single.extend

@@ -4,14 +4,13 @@
 local core = require "redlock.core"
 local detect = require "redlock.detect"
 local legacy = require "redlock.legacy"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 local scripted = require "redlock.scripted"
-local util = require "redlock.util"
 
 local lock_ops = require "redlock.ops"
 
 local setmetatable, type, pairs, gsub = setmetatable, type, pairs, string.gsub
-local ops_for, missing, once_more = detect.ops_for, lock_ops.missing, util.once_more
+local ops_for, missing = detect.ops_for, lock_ops.missing
 
 -- The operations per opts.mode; auto's replace themselves on first use.
 local OPS = { script = scripted, legacy = legacy, auto = detect }
@@ -22,7 +21,7 @@ Server.__index = Server
 local _M = {}
 
 --- The state a server keeps for its locks, set in `server` (this module's
--- and redlock.cosocket's: one list for both).
+-- and redlock.nginx.cosocket's: one list for both).
 function _M.lock_state(server, spec)
     -- fence counters per slot, not per server (redlock.util.fence_counter)
     server.slot_fences = spec.cluster ~= nil
@@ -48,7 +47,7 @@ end
 
 --- spec: a checked server table; mode: "auto", "script" or "legacy".
 function _M.new(spec, mode)
-    local conn = core.conn(spec.sentinels and options.sentinel_conn_spec(spec) or spec)
+    local conn = core.conn(spec.sentinels and addresses.sentinel_conn_spec(spec) or spec)
     local self = setmetatable({
         conn = conn,
         name = conn:name(),
@@ -66,10 +65,9 @@ end
 
 --- Runs a command; nil, message, code on failure. A connection that the
 -- server closed since its last use (idle timeout, restart, CLIENT KILL) is
--- not a failure of this call: it reconnects and sends once more.
+-- not a failure of this call: the conn reconnects and sends once more.
 function Server:call(...)
-    local conn = self.conn
-    local r, err, code = once_more(conn.command, conn, ...)
+    local r, err, code = self.conn:command(...)
     return r, err, code
 end
 
@@ -145,7 +143,7 @@ for name, op in pairs(lock_ops.list) do Server[name] = method(name, op) end
 -- waiting), "handed", fence, since when the release handed it the lock
 -- (token: the waiter's, when it may be; redlock.notify), nil when these
 -- ops cannot and the caller must sleep. (since, when the failed attempt
--- was sent, serves redlock.cosocket's wait, and so does give_back, a
+-- was sent, serves redlock.nginx.cosocket's wait, and so does give_back, a
 -- kind's release; final: ms ends at the caller's deadline, see
 -- redlock.notify.)
 function Server:wait(key, ms, _, token, final)
@@ -163,7 +161,7 @@ function Server:close()
     if self.waiter then self.waiter:close() end
 end
 
--- For redlock.cosocket, whose servers inherit these methods.
+-- For redlock.nginx.cosocket, whose servers inherit these methods.
 _M.Server = Server
 --- How this transport waits between attempts: a blocking sleep (ms).
 _M.sleep = core.sleep

@@ -1,15 +1,17 @@
 --- The single-instance strategy: one server decides. Internal.
 -- A strategy answers for a whole client:
---   acquire(client, key, token, ttl [, waiting, again, unfenced, rep])
---                                     -> true, fence[, acked]
+--   acquire(client, key, token, ttl [, waiting, again, unfenced, rep,
+--           hook, bound, place])      -> true, fence[, acked]
 --                                     | false, pttl, where  (another holder)
 --                                     | nil, err, code
 --   release(client, key, token)      -> true | false, where | nil, err, code
+--                                     (Redlock's also takes valid_until,
+--                                       hook: see redlock.quorum)
 --   extend(client, key, token, ttl [, rep])
 --                                     -> true[, acked] | false, where | nil, err, code
 --   (rep: the options of a lock that waits for replicas, redlock.replicas;
 --   acked: how many acknowledged its write)
---   wait(client, key, ms, since, token, final, owner)
+--   wait(client, key, ms, since, token, final, owner, place)
 --                                     -> true (waited for a release, or ms;
 --                                       final: ms ends at the caller's
 --                                       deadline, and the wait not later)
@@ -19,6 +21,9 @@
 --                                     (token: the waiter's when it may be
 --                                       handed the lock, else nil; owner:
 --                                       the waiter's token, always)
+--                                     (place: the acquire's own table
+--                                       given to each attempt, see
+--                                       redlock.quorum.acquire)
 --                                     (optional: without it, acquire polls)
 --   give_up(client, key, token)      a waiter that wait() served gives up
 --                                     (with wait); "handed", fence, since

@@ -71,7 +71,7 @@ end
 -- server, for every key (the acquire script, scripts/acquire.lua); with
 -- per_slot (a Cluster, where a script's keys must share a slot), one per
 -- hash slot: "{tag}redlock:fences", the tag chosen to land in key's slot
--- (csrc/slot.c), so that a key's fences come from one counter wherever
+-- (csrc/protocol/slot.c), so that a key's fences come from one counter wherever
 -- its slot moves. A stream on Redis 5.0 and later, a string before. (Not
 -- "redlock:fence", the string counter of versions before the stream:
 -- during a rolling upgrade their INCR would meet the stream.)
@@ -111,23 +111,23 @@ function _M.unexpected(server, what, r)
     return nil, format("server: %s: unexpected reply to %s (%s)", server.name, what, tostring(r)), "server"
 end
 
---- f(...), sent once more when it failed on a connection made before the
--- call that the server had dropped (idle timeout, restart, CLIENT KILL; not
--- a timeout), or that a Sentinel master turned replica refused: the call
--- goes again, on a new connection. The one Lua place
--- of that rule (the C core's is csrc/topo.c's redlock_stale_verdict, which
--- conn:eval, eval_values and eval_wait follow themselves): for commands
--- (Server:call, a waiter's BLPOP) and the cosocket transport's scripts. A
--- failure is nil, message, code, stale (true) and passes on as that; at
--- most six results are passed on (eval_wait's acked, fsynced and four
--- values), so no table is made per call. A "moved" stale (a Sentinel switch
--- ended a BLPOP) is not sent again: the caller's next attempt goes to the
--- new master. Never used inside a WATCH..EXEC sequence (redlock.legacy): a
--- new connection has forgotten the WATCH.
-function _M.once_more(f, ...)
-    local a, b, c, d, e, g = f(...)
-    if a == nil and d == true then return f(...) end
-    return a, b, c, d, e, g
+--- The misuse answer ({2, M} from a lock script) as nil, message,
+-- "misuse". m: the limit of the semaphore found (0: no semaphore); limit:
+-- the one asked for, or nil when asked: what was asked ("a single lock",
+-- ...).
+function _M.misuse(key, m, limit, server, asked)
+    local what
+    if m == 0 and limit then
+        what = "is not a semaphore (a single lock, readers, a group's key or another value holds it)"
+    elseif m == 0 then
+        what = "holds a value of another kind than this library's locks"
+    elseif limit then
+        what = format("is held as a semaphore of limit %d, not %d", m, limit)
+    else
+        what = format("is held as a semaphore (limit %d), not as %s", m, asked or "a single lock")
+    end
+    local shown = key and _M.show_key(key) or "the key"
+    return nil, format("misuse: %s %s on %s", shown, what, server.name), "misuse"
 end
 
 --- A random delay in [0, ms), from the OS source: math.random would need a
@@ -136,6 +136,14 @@ function _M.jitter(ms)
     if ms <= 0 then return 0 end
     local b1, b2, b3 = byte(random_bytes(3), 1, 3)
     return ms * ((b1 * 65536 + b2 * 256 + b3) / 16777216)
+end
+
+--- The pause before another attempt (an acquire's, a Redlock release's):
+-- o.retry_delay plus a random o.retry_jitter ms, at most bound (if given).
+function _M.pause(o, bound)
+    local d = o.retry_delay + _M.jitter(o.retry_jitter)
+    if bound and d > bound then return bound end
+    return d
 end
 
 return _M

@@ -23,31 +23,57 @@
 -- is set before its list is pushed: a waiter never reads a hand-off of a
 -- key that does not hold its token. Answers 1 (deleted, nobody served), 3
 -- (handed over or woken).
+-- A waiter at the front that is only woken, on its own list (fenced 4 or
+-- 5: a Redlock waiter, see parts/join_queue.lua), is woken on that list:
+-- the key deleted, nudge (parts/hand.lua).
+-- With ARGV[3] (a bound, ms; fair = false), a writer (or single-lock)
+-- waiter at the front that may be handed the key but has waited less than
+-- the bound (the server's clock, from its first refused attempt: its score
+-- in the queue, microseconds; young, parts/young.lua: a score later than
+-- the clock now counts as old) is not handed it: the key is deleted, and
+-- that waiter woken to compete with the next acquirer (nudge, on the
+-- hand-off list it blocks on; a waiter inside nginx, or a list the node
+-- refuses, by the wake-up list and "redlock:wake"). Once it has
+-- waited longer, the release hands it the key as above, before any
+-- newcomer.
 local wake = not seeded
+local bound = tonumber(ARGV[3])
 local function waiter()
-  local front = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  local top = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local front = top[1]
   if not front then return nil end
   local d = redis.call('HGET', KEYS[3], front)
   local alive, ttl, fenced, rd
   if d then alive, ttl, fenced, rd = string.match(d, '^(%d+) (%d+) (%d)( ?r?)$') end
-  return front, alive, ttl, fenced, rd == ' r'
+  return front, alive, ttl, fenced, rd == ' r', top[2]
 end
 local function leave(front)
   redis.call('ZREM', KEYS[2], front)
   redis.call('HDEL', KEYS[3], front)
 end
 --@include parts/hand.lua
+--@include parts/young.lua
 if seeded then
 --@include parts/now.lua
   local admitted = 0
   while true do
-    local front, alive, ttl, fenced, reader = waiter()
+    local front, alive, ttl, fenced, reader, since = waiter()
     if not front then break end
     if not alive then wake = true end
     if alive and tonumber(alive) >= now then
+      if ttl == '0' and admitted == 0 and not reader and tonumber(fenced) >= 4 then
+        redis.call('DEL', KEYS[1])
+        if not nudge(front) then wake = true break end
+        return 3
+      end
       if ttl == '0' or (admitted > 0 and not reader) then
         wake = wake or (ttl == '0' and (reader or admitted == 0))
         break
+      end
+      if bound and not reader and young(tonumber(since), clock_us(t), bound) then
+        redis.call('DEL', KEYS[1])
+        if fenced == '2' or fenced == '3' or not nudge(front) then wake = true break end
+        return 3
       end
       local f = hand_fence(fenced)
       if not f then wake = true break end

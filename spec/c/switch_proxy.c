@@ -25,38 +25,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proxy_io.h"
+
 #define MAX_PAIRS 64
 
 static volatile sig_atomic_t switch_asked = 0;
 static void on_usr1(int sig) { (void)sig; switch_asked = 1; }
 
-static int connect_to(int port) {
-    struct sockaddr_in sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((unsigned short)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
 
-/* Writes all of buf; 0 on success. */
-static int write_all(int fd, const char *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n <= 0)
-            return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv) {
     int pairs[MAX_PAIRS][2], npairs = 0, lfd, target, i;

@@ -1,6 +1,6 @@
---- Test-only handler that spec/24-conformance_spec.lua loads into nginx: the
+--- Test-only handler that spec/conformance_cases.lua loads into nginx: the
 -- conformance suite's nginx driver. One location, /conform, runs one lock
--- operation over cosockets (redlock.cosocket, ngx_cluster, ngx_sentinel) and
+-- operation over cosockets (redlock.cosocket: lua/redlock/nginx/) and
 -- answers "name=value" lines: token= (or ok=) on success, code= and err= on
 -- failure. The locks it takes stay in this worker (run it with one worker)
 -- until a later request extends or releases them.
@@ -15,18 +15,29 @@ local _M = {}
 -- Clients by the test's id, kept in the worker: what a client knows of its
 -- topology (the master's address) stays for its next request, as in a real
 -- worker. (A Cluster's slot map is the worker's, shared by every client
--- with the same seeds: redlock.ngx_cluster.)
+-- with the same seeds: redlock.nginx.cluster.)
 local clients = {}
 -- Locks taken, by key.
 local held = {}
 -- Their renewals from nginx timers (op=hold), by key.
 local renewals = {}
 
-local function client_for(id, url)
+-- The server of url (check: how often a Sentinel master is checked, as
+-- spec/conformance.lua's server_of), and a client of it with the case's
+-- replica acknowledgement.
+local function client_for(id, url, args)
     local c = clients[id]
     if not c then
+        local server = url
+        if args.check then
+            local addrs, name = url:match("^redis%+sentinel://([^/]+)/(.+)$")
+            local sentinels = {}
+            for a in addrs:gmatch("[^,]+") do sentinels[#sentinels + 1] = a end
+            server = { sentinels = sentinels, master_name = name, sentinel_check = tonumber(args.check) }
+        end
         -- (as spec/conformance.lua makes the other drivers' clients)
-        c = redlock.new { servers = { url }, retry_delay = 5, retry_jitter = 0, server_backoff = 0 }
+        c = redlock.new { servers = { server }, retry_delay = 5, retry_jitter = 0, server_backoff = 0,
+            replicas = tonumber(args.replicas), replica_timeout = tonumber(args.replica_timeout) }
         clients[id] = c
     end
     return c
@@ -42,7 +53,7 @@ end
 -- across its event); warm: wait until one renewal was made.
 local function hold(args)
     local key, ttl = args.key, tonumber(args.ttl)
-    local lock, err, code = client_for(args.client, args.url):acquire(key, { ttl = ttl })
+    local lock, err, code = client_for(args.client, args.url, args):acquire(key, { ttl = ttl })
     if not lock then return fail(err, code) end
     held[key] = lock
     local handle, rerr = cosocket.renew(lock, { detached = true, max_hold = 120000 })
@@ -82,7 +93,7 @@ function _M.run()
     if op == "hold" then return hold(args) end
     if op == "observe" then return observe(key) end
     if op == "acquire" then
-        local lock, err, code = client_for(args.client, args.url):try_acquire(key,
+        local lock, err, code = client_for(args.client, args.url, args):try_acquire(key,
             { ttl = tonumber(args.ttl) })
         if not lock then return fail(err, code) end
         held[key] = lock

@@ -4,7 +4,8 @@ local redlock = require "redlock"
 local counter = require "counter"
 
 local ngx = ngx
-local tonumber, tostring, ipairs = tonumber, tostring, ipairs
+local tonumber, tostring, ipairs, select = tonumber, tostring, ipairs, select
+local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 local _M = {}
 
@@ -121,6 +122,79 @@ function _M.kfifo_close()
     ngx.exit(200)
 end
 
+--- GET /kfifo_end?key=K&kind=...&n=N[&entry=1] (as /kfifo): the acquire
+-- waits in a light thread (entry: in the request's own thread, another
+-- light thread ending it); once N waiters are in K's queue, the request
+-- ends (ngx.exit) during the waiter's next attempt: sent to Redis, its
+-- answer not read. Answers "ended <the waiter's token>".
+function _M.kfifo_end()
+    local r, kind, key = counter.redis, ngx.var.arg_kind, ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait), ttl = tonumber(ngx.var.arg_ttl) or 10000 }
+    -- the attempts (the acquire scripts: eval_values), watched
+    local conn = c.servers[1].conn
+    local attempt, armed, sent, token = conn.eval_values, false, require("ngx.semaphore").new(), nil
+    conn.eval_values = function(self, name, nkeys, ...)
+        if armed then
+            armed, token = false, select(nkeys + 1, ...) -- (ARGV[1])
+            sent:post(1) -- (the request ends once this thread has sent it and yields)
+        end
+        return attempt(self, name, nkeys, ...)
+    end
+    local function waiter()
+        return c:acquire(key, { limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil,
+            shared = kind == "shared" })
+    end
+    local function ender()
+        while call("ZCARD", "{" .. key .. "}:waiters") < tonumber(ngx.var.arg_n) do ngx.sleep(0.01) end
+        armed = true
+        assert(sent:wait(10))
+        ngx.say("ended ", token)
+        ngx.exit(200)
+    end
+    if ngx.var.arg_entry then
+        ngx.thread.spawn(ender)
+        waiter()
+        ngx.say("not ended")
+    else
+        ngx.thread.spawn(waiter)
+        ender()
+    end
+end
+
+--- GET /kfifo_slow?key=K&kind=...&n=N&ms=MS (as /kfifo, holding nothing):
+-- once N waiters are in K's queue, the waiter's next attempt, answered,
+-- is followed by MS ms of ngx.sleep (a slow call to Redis, as the worker's
+-- subscriber sees it), with K:slow set to 1 meanwhile.
+function _M.kfifo_slow()
+    local r, kind, key = counter.redis, ngx.var.arg_kind, ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = tonumber(ngx.var.arg_wait) }
+    local conn = c.servers[1].conn
+    local attempt, slowed = conn.eval_values, false
+    local function pack(...) return { n = select("#", ...), ... } end
+    conn.eval_values = function(self, name, nkeys, ...)
+        local v = pack(attempt(self, name, nkeys, ...))
+        if not slowed and call("ZCARD", "{" .. key .. "}:waiters") >= tonumber(ngx.var.arg_n) then
+            slowed = true
+            call("SET", key .. ":slow", 1)
+            ngx.sleep(tonumber(ngx.var.arg_ms) / 1000)
+            call("DEL", key .. ":slow")
+        end
+        return unpack(v, 1, v.n)
+    end
+    local lock, err = c:acquire(key, { limit = kind == "limit" and tonumber(ngx.var.arg_limit) or nil,
+        shared = kind == "shared" })
+    if not lock then
+        c:close()
+        return ngx.say(err)
+    end
+    local line = string.format("acquired %.3f fence %d", require("redlock.core").now(), lock.fence)
+    local ok, rerr = lock:release()
+    c:close()
+    ngx.say(ok and line or tostring(rerr))
+end
+
 --- GET /pair?a=K1&b=K2: a group lock of the two keys; inside, each key's
 -- counter (K:counter) read, a yield, written + 1.
 function _M.pair()
@@ -137,6 +211,34 @@ function _M.pair()
     end)
     if not ok then ngx.status = code == "timeout" and 503 or 502 end
     ngx.say(tostring(err))
+end
+
+--- GET /hook_yield?key=K: acquires K (a waiter: K is held) with an
+-- on_event hook that, on "acquired", runs the collector and then yields
+-- (ngx.sleep) until K:go is set (at most 25 s: a busy machine). Answers "remaining <ms>
+-- mine <whether K holds its token>".
+function _M.hook_yield()
+    local r, key = counter.redis, ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } }, retry_delay = 10000,
+        retry_jitter = 0, wait = 20000, ttl = 30000 }
+    local server = c.servers[1]
+    local lock, err = c:acquire(key, { on_event = function(ev)
+        if ev.type ~= "acquired" then return end
+        collectgarbage()
+        collectgarbage()
+        for _ = 1, 500 do
+            if server:call("GET", key .. ":go") == "1" then break end
+            ngx.sleep(0.05)
+        end
+    end })
+    if not lock then
+        c:close()
+        return ngx.say(err)
+    end
+    local v = server:call("GET", key)
+    ngx.say(string.format("remaining %d mine %s", lock:remaining(), tostring(v == lock.token)))
+    lock:release()
+    c:close()
 end
 
 return _M

@@ -5,6 +5,7 @@
 local redlock = require "redlock"
 local cosocket = require "redlock.cosocket"
 local counter = require "counter"
+local store = require "store"
 
 local ngx = ngx
 local tostring, tonumber, pairs, sort, concat = tostring, tonumber, pairs, table.sort, table.concat
@@ -76,6 +77,28 @@ function _M.report()
         legacy_mode = tostring(_M.legacy:mode()) }
     for k, v in pairs(results) do t[k] = v end
     say_sorted(t)
+end
+
+--- GET /unreleased?key=K: with_lock whose fn closes its own client, so
+-- that the release fails: ok=, code=, n= (how many values it returned),
+-- results= (fn's, after the code), err=, then held= (another client's
+-- try_acquire of the key: its code; the key is then deleted by hand).
+function _M.unreleased()
+    local r = counter.redis
+    local key = "probe:unreleased:" .. ngx.var.arg_key
+    local c = redlock.new { servers = { { host = r.host, port = r.port } } }
+    local function pack(...) return select("#", ...), { ... } end
+    local n, t = pack(c:with_lock(key, { ttl = 60000 }, function()
+        c:close()
+        return "done", nil, 3
+    end))
+    local other = redlock.new { servers = { { host = r.host, port = r.port } } }
+    local lock, _, code = other:try_acquire(key)
+    if lock then lock:release() end
+    other.servers[1]:call("DEL", key)
+    other:close()
+    say_sorted { ok = tostring(t[1]), code = tostring(t[3]), n = n, err = tostring(t[2]),
+        results = concat({ tostring(t[4]), tostring(t[5]), tostring(t[6]) }, ","), held = tostring(code) }
 end
 
 --- GET /incr_legacy?key=K: the example's handler with the legacy client.
@@ -217,6 +240,64 @@ function _M.grant()
         end
     end
     ngx.say("fences=", concat(fences, " "))
+end
+
+-- A reader (as core.reader's) whose nth reply comes garbled: the reply
+-- read, then bytes that no Redis sends in its place, which the reader
+-- refuses from then on (a stream corrupted on its way).
+local function garbling(nth)
+    local rd, n = require("redlock.core").reader(), 0
+    return {
+        feed = function(_, data) return rd:feed(data) end,
+        get = function(_, raw)
+            if n >= nth then return rd:get(raw) end
+            local v, msg, code = rd:get(raw)
+            if v == false then return false end
+            n = n + 1
+            if n < nth then return v, msg, code end
+            rd:feed("?garbled\r\n")
+            return rd:get(raw)
+        end,
+    }
+end
+
+--- GET /garbled?key=K&port=P[&replicas=N]: a client's second lock, of K
+-- on port P, whose request's second reply comes garbled (garbling): the
+-- grant's XADD after its SET (the first lock ran the script), or, with N
+-- replicas to wait for, WAIT after the acquire script. Answers
+-- fence= (or code= and err=), then in_step= (the worker's next calls to
+-- that server answered in order, or the first that was not).
+function _M.garbled()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { { host = counter.redis.host, port = tonumber(args.port) } },
+        replicas = tonumber(args.replicas) or 0, replica_timeout = 1000 }
+    local server = c.servers[1]
+    -- (mode auto settled, the script loaded: the next request is SET and
+    -- XADD, or the script and WAIT; it takes the last reader kept)
+    assert(c:acquire(args.key .. ":warm")):release()
+    server.readers[#server.readers + 1] = garbling(2)
+    local lock, err, code = c:try_acquire(args.key)
+    if lock then
+        ngx.say("fence=", lock.fence)
+        local ok, rerr = lock:release()
+        ngx.say("release=", ok and "ok" or tostring(rerr))
+    else
+        ngx.say("code=", code)
+        ngx.say("err=", err)
+    end
+    local step = "true"
+    for i = 1, 5 do
+        local v = args.key .. ":step:" .. i
+        local set, serr = server:call("SET", args.key .. ":step", v)
+        local got, gerr = server:call("GET", args.key .. ":step")
+        if set ~= "OK" or got ~= v then
+            step = string.format("%d: %s %s, %s %s", i, tostring(set), tostring(serr), tostring(got), tostring(gerr))
+            break
+        end
+    end
+    server:call("DEL", args.key .. ":step")
+    ngx.say("in_step=", step)
+    c:close()
 end
 
 -- The clients of /detect, per worker: kept across requests.
@@ -369,7 +450,7 @@ function _M.sentinel()
     if not c then
         local server = args.url
         if args.check then -- the table form, with its sentinel_check
-            server = require("redlock.options").parse_url(args.url)
+            server = require("redlock.addresses").parse_url(args.url)
             for i, s in ipairs(server.sentinels) do server.sentinels[i] = s.host .. ":" .. s.port end
             server.sentinel_check = tonumber(args.check)
         end
@@ -391,6 +472,49 @@ function _M.sentinel()
             lock:release()
         end
     end
+end
+
+--- GET /legacy_switch?url=U&key=K&flag=F: in legacy mode on the master
+-- that the sentinels of U name (MULTI renamed away there: the bare
+-- recipe), takes K (held 60 s) and releases it, pausing the release after
+-- its first step (GET): F, on the example's Redis, says "paused", and the
+-- release goes on once F says "go" and this worker names another master.
+-- Answers release= (ok, or the code) and err=.
+function _M.legacy_switch()
+    local args = ngx.req.get_uri_args()
+    local c = redlock.new { servers = { args.url }, mode = "legacy", connect_timeout = 500 }
+    local lock, err, code = c:acquire(args.key, { ttl = 60000 })
+    if not lock then
+        ngx.say("acquire=", code)
+        ngx.say("err=", err)
+        return
+    end
+    local server = c.servers[1]
+    local ngx_sentinel = require "redlock.nginx.sentinel"
+    local _, old = ngx_sentinel.address(server)
+    local call = server.call
+    server.call = function(self, ...)
+        local r, e, cd = call(self, ...)
+        if (...) == "GET" then
+            store.command(counter.redis, "SET", args.flag, "paused")
+            local deadline = ngx.now() + 60
+            while store.command(counter.redis, "GET", args.flag) ~= "go" and ngx.now() < deadline do
+                ngx.sleep(0.05)
+            end
+            -- (the sentinels asked afresh: a step on a new connection goes to the new master)
+            repeat
+                ngx_sentinel.forget(server)
+                local _, port = ngx_sentinel.address(server)
+                if port == old then ngx.sleep(0.05) end
+            until port ~= old or ngx.now() > deadline
+        end
+        return r, e, cd
+    end
+    local ok, rerr, rcode = lock:release()
+    server.call = nil
+    ngx.say("release=", ok and "ok" or tostring(rcode or ok))
+    ngx.say("err=", tostring(rerr))
+    c:close()
 end
 
 --- Redis Cluster clients, one per worker and seed list (and members:
@@ -441,11 +565,18 @@ function _M.cluster_try()
     say_try(c, args.key)
 end
 
---- GET /cluster_notified?url=U&key=K&wait=MS: /notified on a Cluster (the
--- worker's subscriber listens on one node, whichever the key's).
+--- GET /cluster_notified?url=U&key=K&wait=MS[&check=MS]: /notified on a
+-- Cluster (the worker's subscriber listens on one node, whichever the
+-- key's) or a Sentinel URL (check: its sentinel_check).
 function _M.cluster_notified()
     local args = ngx.req.get_uri_args()
-    local client = redlock.new { servers = { args.url }, retry_delay = 10000, retry_jitter = 0,
+    local server = args.url
+    if args.check then -- the table form, with its sentinel_check
+        server = require("redlock.addresses").parse_url(args.url)
+        for i, s in ipairs(server.sentinels) do server.sentinels[i] = s.host .. ":" .. s.port end
+        server.sentinel_check = tonumber(args.check)
+    end
+    local client = redlock.new { servers = { server }, retry_delay = 10000, retry_jitter = 0,
         wait = tonumber(args.wait) }
     local lock, err = client:acquire(args.key)
     if not lock then return ngx.say(err) end

@@ -11,15 +11,17 @@
 -- usage: churn.lua SERVERS LOCK_KEY DATA_URL COUNTER_KEY DURATION_MS MODE LOG
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local servers_arg, lock_key, data_url, counter_key, duration, mode, log_path = ...
 local servers = {}
 for url in servers_arg:gmatch("[^,]+") do servers[#servers + 1] = url end
 
+-- (server_timeout: the connection's, not the 15 ms a 3 s ttl gives: on a
+-- loaded host round trips past that failed most attempts on every server)
 local client = redlock.new { servers = servers, ttl = 3000, wait = 2000, retry_delay = 5,
-    retry_jitter = 10, mode = mode, connect_timeout = 200, timeout = 300 }
-local data = core.conn(options.parse_url(data_url))
+    retry_jitter = 10, mode = mode, connect_timeout = 200, timeout = 300, server_timeout = 300 }
+local data = core.conn(addresses.parse_url(data_url))
 local log = assert(io.open(log_path, "w"))
 local deadline = core.now() + tonumber(duration)
 local holds, failures = 0, 0

@@ -6,12 +6,15 @@
 -- usage: cluster_counter.lua CLUSTER_URL LOCK_KEY COUNTER_KEY DURATION_MS
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local url, lock_key, counter_key, duration = ...
+-- timeout: how long a call waits out a slot half migrated (TRYAGAIN); the
+-- spec's resharding, redis-cli commands one after another, can keep it so
+-- for more than the default second on a busy machine
 local client = redlock.new { servers = { url }, ttl = 5000, wait = 30000, retry_delay = 2,
-    retry_jitter = 3 }
-local data = core.conn(options.servers({ url })[1])
+    retry_jitter = 3, timeout = 10000 }
+local data = core.conn(addresses.parse({ url })[1])
 local deadline = core.now() + tonumber(duration)
 local n = 0
 

@@ -12,7 +12,7 @@ n = tonumber(n)
 
 local client = redlock.new { servers = servers, ttl = 5000, wait = 60000, retry_delay = 2,
     retry_jitter = 3, mode = mode }
-local data = core.conn(require("redlock.options").parse_url(servers[1]))
+local data = core.conn(require("redlock.addresses").parse_url(servers[1]))
 
 for i = 1, n do
     local lock, err = client:acquire(lock_key)

@@ -7,7 +7,7 @@
 -- several make a Redlock client; the counters are on the first)
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local url, n, seed = ...
 local keys = { select(4, ...) }
@@ -17,7 +17,7 @@ local urls = {}
 for u in url:gmatch("[^;]+") do urls[#urls + 1] = u end
 local client = redlock.new { servers = urls, ttl = 5000, wait = 60000, retry_delay = 2, retry_jitter = 3,
     server_timeout = #urls > 1 and 500 or nil }
-local data = core.conn(options.servers({ urls[1] })[1])
+local data = core.conn(addresses.parse({ urls[1] })[1])
 local times = {}
 for i = 1, n do
     local a = math.random(#keys)

@@ -5,17 +5,25 @@
 --   hold    URL KEY TTL            acquire, print "held", sleep (for SIGKILL)
 --   wait    URL KEY RETRY_DELAY WAIT [notify|poll [HOLD_MS [TTL [KIND]]]]
 --                                  acquire, print "acquired T fence F valid V"
---                                  (V: lock:remaining() at T), hold; KIND
+--                                  (V: lock:remaining() at T; then "handed"
+--                                  when a release handed it over), hold; KIND
 --                                  "limit=N" a permit, "shared" a reader
 --   count   URL KEY COUNTER N      N x lock / GET / SET+1 / unlock
 --   wait_long URL KEY WAIT         as wait (notified), but a BLPOP lasts up to
 --                                  WAIT (notify.RECHECK_MS raised), and the
---                                  lock is released at once
+--                                  lock is released at once ("acquired fence
+--                                  F", then "handed" as for wait)
 if arg[1] == "wait_long" then require("redlock.notify").RECHECK_MS = tonumber(arg[4]) end
 local redlock = require "redlock"
 local core = require "redlock.core"
 
 local mode, url, key = arg[1], arg[2], arg[3]
+
+-- whether the last acquire was handed the lock (the acquired event)
+local handed = ""
+local function on_event(ev)
+    if ev.type == "acquired" then handed = ev.handed and "handed" or "" end
+end
 
 local function say(...)
     io.stdout:write(table.concat({ ... }, " "), "\n")
@@ -45,24 +53,26 @@ elseif mode == "wait" then
         retry_delay = tonumber(arg[4]), retry_jitter = 0, wait = tonumber(arg[5]),
         notify = arg[6] ~= "poll", ttl = tonumber(arg[8]),
         limit = tonumber((arg[9] or ""):match("^limit=(%d+)$")), shared = arg[9] == "shared" or nil,
+        on_event = on_event,
     })
     if not lock then
         say("failed", err)
         os.exit(1)
     end
     local t = core.now()
-    say("acquired", string.format("%.3f", t), "fence", lock.fence, "valid", string.format("%.3f", lock:remaining()))
+    say("acquired", string.format("%.3f", t), "fence", lock.fence, "valid", string.format("%.3f", lock:remaining()),
+        handed)
     if arg[7] then core.sleep(tonumber(arg[7])) end
     lock:release()
     client:close()
 elseif mode == "wait_long" then
     local client = redlock.new { servers = { url } }
-    local lock, err = client:acquire(key, { wait = tonumber(arg[4]) })
+    local lock, err = client:acquire(key, { wait = tonumber(arg[4]), on_event = on_event })
     if not lock then
         say("failed", err)
         os.exit(1)
     end
-    say("acquired", "fence", lock.fence)
+    say("acquired", "fence", lock.fence, handed)
     assert(lock:release())
     client:close()
 elseif mode == "count" then

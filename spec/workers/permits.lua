@@ -5,12 +5,12 @@
 -- usage: permits.lua SERVER KEY INSIDE_KEY LIMIT N
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local url, key, inside, limit, n = ...
 limit, n = tonumber(limit), tonumber(n)
 local client = redlock.new { servers = { url }, ttl = 5000, wait = 60000, retry_delay = 5, retry_jitter = 5 }
-local data = core.conn(options.servers({ url })[1])
+local data = core.conn(addresses.parse({ url })[1])
 local most = 0
 for i = 1, n do
     local ok, err = client:with_lock(key, { limit = limit }, function()

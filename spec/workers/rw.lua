@@ -8,7 +8,7 @@
 -- several make a Redlock client; the counters are on the first)
 local redlock = require "redlock"
 local core = require "redlock.core"
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 
 local url, key, role, n, hold, stop = ...
 n, hold = tonumber(n), tonumber(hold)
@@ -17,7 +17,7 @@ for u in url:gmatch("[^,]+") do urls[#urls + 1] = u end
 -- (a Redlock's answers may take longer than the default 25 ms on a busy host)
 local client = redlock.new { servers = urls, ttl = 5000, wait = 60000, retry_delay = 5, retry_jitter = 5,
     server_timeout = #urls > 1 and 500 or nil }
-local data = core.conn(options.servers({ urls[1] })[1])
+local data = core.conn(addresses.parse({ urls[1] })[1])
 local readers, writers = key .. ":readers", key .. ":writers"
 local most, i = 0, 0
 local function fail(...)

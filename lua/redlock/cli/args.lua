@@ -1,7 +1,7 @@
 --- The command line and the environment of the `redlock` command, parsed
 -- and checked into one table. Bad usage raises a table {usage = message};
 -- nothing here prints, exits or connects. Internal.
-local options = require "redlock.options"
+local addresses = require "redlock.addresses"
 local codes = require "redlock.cli.codes"
 
 local type, tonumber, error, pcall, ipairs, pairs = type, tonumber, error, pcall, ipairs, pairs
@@ -177,7 +177,7 @@ end
 _M.shown_url = shown_url
 
 local function parse_server(url, from, getenv)
-    local ok, server = pcall(options.parse_url, url)
+    local ok, server = pcall(addresses.parse_url, url)
     if not ok then
         -- the library's message quotes the URL; this one shows it redacted
         local why = type(server) == "string" and match(server, "%((.-) in \"") or "malformed URL"

@@ -1,0 +1,5 @@
+-- Conformance of the topology rules: the cluster cases (spec/conformance_cases.lua,
+-- loaded in this file's environment: busted's describe, it and assert).
+local cases = assert(loadfile("spec/conformance_cases.lua", "t", _ENV))
+if setfenv then setfenv(cases, getfenv(1)) end
+cases()("cluster")
