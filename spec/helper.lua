@@ -698,8 +698,10 @@ end
 -- master.
 function _M.move_slot(cluster, slot, src, dst, pause_ms)
     local src_id, dst_id = src:cli("CLUSTER", "MYID"), dst:cli("CLUSTER", "MYID")
-    assert(dst:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == "OK", "SETSLOT IMPORTING failed")
-    assert(src:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == "OK", "SETSLOT MIGRATING failed")
+    local said = dst:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    assert(said == "OK", "SETSLOT IMPORTING failed on " .. dst.port .. ": " .. said)
+    said = src:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    assert(said == "OK", "SETSLOT MIGRATING failed on " .. src.port .. ": " .. said)
     local function migrate_all()
         repeat
             local keys = {}

@@ -32,13 +32,31 @@ export LUA_CPATH="$TREE/build/?.so;;"
 export REDLOCK_BUILD="$TREE/build"
 
 pid=""
+# ours PIDFILE: whether the pid in PIDFILE (and its process group) is still
+# what the run started. A pid is reused once its process is gone (pid_max
+# may be 32768), and a process started after its pid file was written is
+# another's; a pid whose process is gone is still its group's id while any
+# of the group lives (Linux reuses no live group's id).
+CLK_TCK=$(getconf CLK_TCK)
+BOOT=$(sed -n 's/^btime //p' /proc/stat)
+ours() {
+    p=$(cat "$1" 2>/dev/null)
+    [ -n "$p" ] || return 1
+    # (the fields after "pid (comm) ": the start time is the 20th)
+    ticks=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | cut -d" " -f20)
+    [ -n "$ticks" ] || return 0
+    [ $((BOOT + ticks / CLK_TCK)) -le $(($(stat -c %Y "$1") + 1)) ]
+}
 stop_all() {
     for stop in "$ROOT"/*/stop; do
-        [ -f "$stop" ] && sh "$stop" >/dev/null 2>&1
+        [ -f "$stop" ] || continue
+        # (a stop file beside a pid file kills that pid's group)
+        [ -f "${stop%/stop}/pid" ] && ! ours "${stop%/stop}/pid" && continue
+        sh "$stop" >/dev/null 2>&1
     done
     # (nginx's master: its process group, the stop file's own command)
     for pidfile in "$ROOT"/*/pid "$ROOT"/nginx-*/nginx.pid; do
-        [ -f "$pidfile" ] || continue
+        [ -f "$pidfile" ] && ours "$pidfile" || continue
         p=$(cat "$pidfile")
         kill -CONT "$p" 2>/dev/null
         kill -KILL "-$p" 2>/dev/null

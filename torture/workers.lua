@@ -28,6 +28,22 @@ local function sh(cmd)
     return ok == true or ok == 0
 end
 
+-- The start time of process pid (clock ticks since boot), nil when there
+-- is none: what tells a process from a later one given the same pid.
+local function started(pid)
+    local f = io.open("/proc/" .. pid .. "/stat")
+    if not f then return nil end
+    local stat = f:read("*a")
+    f:close()
+    -- (the fields after "pid (comm) ": the start time is the 20th)
+    local n = 0
+    for field in (stat:match("^.*%) (.*)$") or ""):gmatch("%S+") do
+        n = n + 1
+        if n == 20 then return field end
+    end
+    return nil
+end
+
 -- Starts cmd in the background (group: in a session of its own, killed as
 -- a group); its pid (the command's own: sh execs it) in a pid file.
 local function spawn(name, cmd, group)
@@ -43,14 +59,26 @@ local function spawn(name, cmd, group)
     return pid, dir
 end
 
+-- A process of the workload. Signals reach only it (or its group): a pid
+-- is reused once its process is gone (pid_max may be 32768), and a signal
+-- sent to a client that ended would hit whatever process got its pid,
+-- such as another suite's server. A gone group leader's pid still names
+-- its group while any of it lives (Linux reuses no live group's id).
 local function proc(name, pid, dir, group)
     local p = { name = name, pid = pid, dir = dir, group = group }
+    local start = started(pid)
+    local function ours()
+        local now = started(pid)
+        if now == nil then return group and "gone" or false end
+        return now == start
+    end
     function p.signal(sig, which)
         which = which or pid
+        if which == pid and not ours() then return which end
         sh(format("kill -%s %s%s 2>/dev/null", sig, group and "-" or "", which))
         return which
     end
-    function p.alive() return helper.alive(pid) end
+    function p.alive() return ours() == true and helper.alive(pid) end
     function p.client_of() return name end
     return p
 end
