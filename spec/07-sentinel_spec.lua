@@ -473,7 +473,10 @@ describe("Sentinel, the renewal thread", function()
         local master = helper.start_server()
         local replica = helper.start_replica(master)
         local sentinel = helper.start_sentinel({ renewed = master }, { quorum = 1 })
+        local c
+        -- (busted keeps one finally per test)
         finally(function()
+            if c then c:close() end
             master:thaw()
             sentinel:stop()
             replica:stop()
@@ -482,8 +485,7 @@ describe("Sentinel, the renewal thread", function()
         assert(helper.eventually(15000, function()
             return sentinel:cli("SENTINEL", "master", "renewed"):find("num%-slaves\n1") ~= nil
         end), "the sentinel did not discover the replica")
-        local c = redlock.new({ servers = "redis+sentinel://127.0.0.1:" .. sentinel.port .. "/renewed" })
-        finally(function() c:close() end)
+        c = redlock.new({ servers = "redis+sentinel://127.0.0.1:" .. sentinel.port .. "/renewed" })
         local key = helper.key("renewed")
         local held = assert(c:acquire(key, { ttl = helper.ms(3000), renew = true }))
         -- the thread has renewed it once: it is connected, and subscribed

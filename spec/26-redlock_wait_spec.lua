@@ -113,12 +113,15 @@ describe("Redlock over 3 servers: a wait over failed servers", function()
 
     it("each attempt has a token of its own: a take-back that reaches a server after the next attempt's grant"
         .. " there deletes nothing that attempt counted", function()
-        finally(heal)
         -- server 3 behind a proxy that holds back what is sent on a
         -- connection (a network that delays it), here the attempt's
         -- request and the take-back on the new connection after it
         local proxy = helper.start_hold_proxy(servers[3], 1)
-        finally(proxy.stop)
+        -- (busted keeps one finally per test)
+        finally(function()
+            proxy.stop()
+            heal()
+        end)
         local c = redlock.new { servers = { urls[1], urls[2], proxy.url() }, retry_delay = 20, retry_jitter = 0,
             server_backoff = 0, server_timeout = 200 }
         clients[#clients + 1] = c
@@ -264,11 +267,15 @@ describe("Redlock over 3 servers: a wait over failed servers", function()
         end
 
         it("whose majority does not answer in time asks those servers again, and releases", function()
-            finally(heal)
             -- servers 2 and 3 behind proxies that hold back what the
             -- connections open now carry (the release's first requests)
             local p2, p3 = helper.start_hold_proxy(servers[2], 0), helper.start_hold_proxy(servers[3], 0)
-            finally(function() p2.stop() p3.stop() end)
+            -- (busted keeps one finally per test)
+            finally(function()
+                p2.stop()
+                p3.stop()
+                heal()
+            end)
             local hook, seen = recorder()
             local c = redlock.new { servers = { urls[1], p2.url(), p3.url() }, retry_delay = 20,
                 retry_jitter = 20, server_timeout = 300, on_event = hook }

@@ -329,12 +329,16 @@ describe("redlock command", function()
                 local noscript = helper.start_server { config = {
                     'rename-command EVAL ""', 'rename-command EVALSHA ""', 'rename-command SCRIPT ""',
                     'rename-command FUNCTION ""', 'rename-command FCALL ""' } }
-                finally(function() noscript:stop() end)
+                local d
+                -- (busted keeps one finally per test)
+                finally(function()
+                    if d then d:close() end
+                    noscript:stop()
+                end)
                 local lurl, key = noscript:url(), helper.key()
                 local h = start({ "-s", lurl, "--mode", "legacy", "--ttl", tostring(helper.ms(1000)), "run", key, "--",
                     "sleep", tostring(helper.ms(3000) / 1000) })
-                local d = core.conn(noscript:spec())
-                finally(function() d:close() end)
+                d = core.conn(noscript:spec())
                 wait_for(function() return d:command("EXISTS", key) == 1 end)
                 helper.sleep(helper.ms(2000)) -- twice the ttl
                 assert.equal(1, (redlock({ "-s", lurl, "--mode", "legacy", "try", key, "--", "true" })))

@@ -36,6 +36,8 @@ check clang-tidy sh -c "clang-tidy --quiet csrc/*.c csrc/*/*.c fuzz/*.c -- -std=
 check "no call cycle among csrc/ files" sh tools/callgraph.sh
 # the Lua modules require each other one way only, at their top
 check "no require cycle among lua/ modules" sh tools/requires.sh
+# (busted keeps the last finally of a test: an earlier one never runs)
+check "one finally per test" sh tools/one_finally.sh
 # the benchmarks' C programs still build against the core's headers
 check "bench programs build" make --no-print-directory -s bench-bins
 # the reference `make docs` builds: a doc comment that no longer matches
