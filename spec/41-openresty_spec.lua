@@ -36,6 +36,7 @@ local SERVER = [[
         location = /renew_gone { content_by_lua_block { require("probe").renew_gone() } }
         location = /tls { content_by_lua_block { require("probe").tls() } }
         location = /sentinel { content_by_lua_block { require("probe").sentinel() } }
+        location = /sentinel_shared { content_by_lua_block { require("probe").sentinel_shared() } }
         location = /legacy_switch { content_by_lua_block { require("probe").legacy_switch() } }
         location = /tls_api { content_by_lua_block { require("probe").tls_api() } }
         location = /cluster_incr { content_by_lua_block { require("probe").cluster_incr() } }
@@ -957,6 +958,18 @@ describe("OpenResty (nginx + Lua module)", function()
             _, t = take(nil, 20)
             assert.equal(new_addr, t.master)
             assert.equal(old_calls, evalsha_calls(master))
+            assert.same({}, ngx_server:errors())
+        end)
+
+        it("a worker that reads the master's address from the shared dict checks it when the worker that"
+            .. " asked would, not a whole period after its own read", function()
+            local key = helper.key("shared")
+            local t = lines((ngx_server:get(string.format("/sentinel_shared?url=%s&key=%s&check=2000",
+                url:gsub("[^%w]", function(ch) return string.format("%%%02X", ch:byte()) end), key))))
+            -- (the second read the dict 1200 ms after the first asked: its
+            -- next check is due 800 ms later, with the first's)
+            assert.equal("0", t.second, t.err)
+            assert.equal(32, #t.mine)
             assert.same({}, ngx_server:errors())
         end)
 

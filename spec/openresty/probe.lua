@@ -474,6 +474,35 @@ function _M.sentinel()
     end
 end
 
+--- GET /sentinel_shared?url=U&key=K&check=C: what a worker that reads the
+-- master's address from the shared dict (lua_shared_dict redlock_sentinel)
+-- takes as the time it was checked. One client asks the sentinels of U
+-- (sentinel_check C) and takes K; a second client of the same sentinels,
+-- with no address of its own (as another worker's), takes K..":2" 0.6 C
+-- later. Answers second=: the time the second client counts its address
+-- checked at, in ms after the first one's; mine= the token the second
+-- client held K..":2" with (both released before the answer).
+function _M.sentinel_shared()
+    local args = ngx.req.get_uri_args()
+    local function client()
+        local server = require("redlock.addresses").parse_url(args.url)
+        for i, s in ipairs(server.sentinels) do server.sentinels[i] = s.host .. ":" .. s.port end
+        server.sentinel_check = tonumber(args.check)
+        return redlock.new { servers = { server }, connect_timeout = 500 }
+    end
+    local a, b = client(), client()
+    local la = assert(a:try_acquire(args.key, { ttl = 60000 }))
+    local first = a.servers[1].sentinel.checked
+    ngx.sleep(0.6 * tonumber(args.check) / 1000)
+    local lb = assert(b:try_acquire(args.key .. ":2", { ttl = 60000 }))
+    ngx.say("second=", string.format("%d", b.servers[1].sentinel.checked - first))
+    ngx.say("mine=", lb.token)
+    la:release()
+    lb:release()
+    a:close()
+    b:close()
+end
+
 --- GET /legacy_switch?url=U&key=K&flag=F: in legacy mode on the master
 -- that the sentinels of U name (MULTI renamed away there: the bare
 -- recipe), takes K (held 60 s) and releases it, pausing the release after

@@ -171,11 +171,13 @@ local function locate(st)
 end
 
 -- The address found or confirmed, for this worker and (with the shared
--- dict) the others, until the next check.
+-- dict) the others, until the next check: "host port checked", checked
+-- on CLOCK_MONOTONIC (core.now), which every worker reads alike, so that
+-- another worker's next check is due when this one's is.
 local function confirmed(st, host, port, checked)
     st.host, st.port, st.checked = host, port, checked or now()
     local dict = ngx.shared[DICT]
-    if dict then dict:set(st.dict_key, host .. " " .. port, st.check_ms / 1000) end
+    if dict then dict:set(st.dict_key, format("%s %d %.3f", host, port, st.checked), st.check_ms / 1000) end
     return host, port
 end
 
@@ -192,11 +194,9 @@ function _M.on_switch(fn) listeners[#listeners + 1] = fn end
 local function switched(w, payload)
     local name, host, port = core.sentinel_switch(payload)
     if not name then return end
-    local dict = ngx.shared[DICT]
     for st in pairs(w.states) do
         if st.master_name == name then
-            st.host, st.port, st.checked = host, port, now()
-            if dict then dict:set(st.dict_key, host .. " " .. port, st.check_ms / 1000) end
+            confirmed(st, host, port)
             local function mine(server) return server.sentinel == st end
             for i = 1, #listeners do listeners[i](mine) end
         end
@@ -231,8 +231,8 @@ end
 -- policy says (core.sentinel_check_due, core.sentinel_check) once it is
 -- max_age ms old (default and at most sentinel_check: the timer renewal
 -- asks for less, as csrc/drivers/renew_io.c does), unless another worker
--- did (the shared dict, for a check of sentinel_check only); finds it when
--- none is known, or forgotten.
+-- did since (the shared dict: the address with the time it was checked);
+-- finds it when none is known, or forgotten.
 function _M.address(server, max_age)
     local st = server.sentinel
     local w = st.watch
@@ -240,14 +240,16 @@ function _M.address(server, max_age)
     local t = now()
     max_age = max_age or st.check_ms
     if st.host and not check_due(t, st.checked, st.check_ms, max_age) then return st.host, st.port end
-    local dict = max_age >= st.check_ms and ngx.shared[DICT]
-    if dict then
-        local v, host, port = dict:get(st.dict_key), nil, nil
-        -- ("host port": no NUL, which a LuaJIT pattern takes for its end)
-        if v then host, port = match(v, "^(%S+) (%d+)$") end
-        if host then
-            st.host, st.port, st.checked = host, tonumber(port), t
-            return st.host, st.port
+    local dict = ngx.shared[DICT]
+    local shared = dict and dict:get(st.dict_key)
+    if shared then
+        -- ("host port checked": no NUL, which a LuaJIT pattern takes for its end)
+        local host, port, checked = match(shared, "^(%S+) (%d+) (%S+)$")
+        checked = tonumber(checked)
+        -- (the latest confirmation of all workers; checked by this one's rule)
+        if host and checked > st.checked then
+            st.host, st.port, st.checked = host, tonumber(port), checked
+            if not check_due(t, checked, st.check_ms, max_age) then return st.host, st.port end
         end
     end
     if st.host then
