@@ -622,6 +622,21 @@ function _M.start_replica(master, opts)
         error("the replica on port " .. replica.port .. " did not connect to its master; its log ends:\n"
             .. read_cmd("tail -n 8 " .. quote(replica.dir .. "/redis.log")))
     end
+    -- and until a write reaches it, as WAIT counts it (Redis 3.0+): its side
+    -- of the link comes up first, and a WAIT soon after once waited past
+    -- 600 ms for the acknowledgement of the first write (the probe key
+    -- goes at once)
+    local probe = "redlock-test:replica-probe"
+    if not _M.eventually(30000, function()
+        local replicas = master:cli("INFO", "replication"):match("connected_slaves:(%d+)") or "1"
+        master:cli("SET", probe, "1")
+        master:cli("DEL", probe)
+        local n = master:cli("WAIT", replicas, "100")
+        return (tonumber(n) or 0) >= tonumber(replicas) or n:find("unknown command", 1, true) ~= nil
+    end) then
+        error("the master on port " .. master.port .. " does not count its replica on port " .. replica.port
+            .. " in WAIT:\n" .. master:cli("INFO", "replication"))
+    end
     return replica
 end
 
