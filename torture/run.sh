@@ -51,7 +51,9 @@ stop_all() {
     for stop in "$ROOT"/*/stop; do
         [ -f "$stop" ] || continue
         # (a stop file beside a pid file kills that pid's group)
-        [ -f "${stop%/stop}/pid" ] && ! ours "${stop%/stop}/pid" && continue
+        for pidfile in "${stop%/stop}/pid" "${stop%/stop}/nginx.pid"; do
+            [ -f "$pidfile" ] && ! ours "$pidfile" && continue 2
+        done
         sh "$stop" >/dev/null 2>&1
     done
     # (nginx's master: its process group, the stop file's own command)
