@@ -598,7 +598,8 @@ end
 
 --- GET /cluster_notified?url=U&key=K&wait=MS[&check=MS]: /notified on a
 -- Cluster (the worker's subscriber listens on one node, whichever the
--- key's) or a Sentinel URL (check: its sentinel_check).
+-- key's) or a Sentinel URL (check: its sentinel_check; the worker listens
+-- for +switch-master before the acquire starts).
 function _M.cluster_notified()
     local args = ngx.req.get_uri_args()
     local server = args.url
@@ -609,6 +610,16 @@ function _M.cluster_notified()
     end
     local client = redlock.new { servers = { server }, retry_delay = 10000, retry_jitter = 0,
         wait = tonumber(args.wait) }
+    local st = client.servers[1].sentinel
+    if st then
+        -- (this worker listens for +switch-master before it waits: a
+        -- failover announced earlier would reach it by sentinel_check only)
+        require("redlock.nginx.sentinel").address(client.servers[1])
+        for _ = 1, 500 do
+            if st.watch.listening then break end
+            ngx.sleep(0.02)
+        end
+    end
     local lock, err = client:acquire(args.key)
     if not lock then return ngx.say(err) end
     lock:release()

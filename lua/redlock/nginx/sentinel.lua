@@ -46,7 +46,8 @@ local SWITCH_CHANNEL = "+switch-master"
 
 -- This worker's +switch-master subscriptions, by set of sentinels (their
 -- addresses and credentials): { nodes, connect_timeout, timeout, check_ms,
--- states (the server states watched, weak), running, next }.
+-- states (the server states watched, weak), running, listening (subscribed
+-- now: an announcement made meanwhile reaches this worker), next }.
 local watches = {}
 
 --- The Sentinel state of a cosocket server made from spec (nil when spec
@@ -217,7 +218,11 @@ local function watch(premature, w)
         -- the reader gives up on a sentinel silent for three ticks
         local sock, rd = open_node(w, node, nil, 3 * pubsub.TICK_MS + w.timeout)
         if sock then
-            if pubsub.subscribe(sock, rd, SWITCH_CHANNEL) then pubsub.pump(h, sock, rd) end
+            if pubsub.subscribe(sock, rd, SWITCH_CHANNEL) then
+                w.listening = true
+                pubsub.pump(h, sock, rd)
+                w.listening = false
+            end
             sock:close()
         end
         if h.tick() then break end
