@@ -154,7 +154,9 @@ describe("single-instance locks", function()
     it("fence tokens strictly increase, across keys too, start at the server's clock, print whole", function()
         helper.needs("script_time")
         local t = data:command("TIME")
-        local last = (tonumber(t[1]) * 1000 - 1767225600000) * 100 -- ms since 2026, x 100
+        -- ms since 2026, x 100: the first fence is at least that (equal when
+        -- taken in the very millisecond that TIME's whole second began)
+        local last = (tonumber(t[1]) * 1000 - 1767225600000) * 100 - 1
         for i = 1, 20 do
             local lock = assert(client:acquire(i % 2 == 0 and helper.key() or "fence-spec-key"))
             assert.equal("number", type(lock.fence))
