@@ -215,6 +215,7 @@ local function watch(premature, w)
     while not premature and not h.tick() do
         local node = w.nodes[w.next % #w.nodes + 1]
         w.next = w.next + 1
+        h.done = false
         -- the reader gives up on a sentinel silent for three ticks
         local sock, rd = open_node(w, node, nil, 3 * pubsub.TICK_MS + w.timeout)
         if sock then
@@ -225,8 +226,15 @@ local function watch(premature, w)
             end
             sock:close()
         end
-        if h.tick() then break end
-        ngx.sleep(w.check_ms / 1000)
+        -- A sentinel that failed: the next one, check_ms later (as
+        -- csrc/drivers/sentinel.c). A pump that ended because nothing was
+        -- watched goes round at once: a state that came meanwhile (its
+        -- address asked after this timer's last look) must not wait a
+        -- check_ms unheard, this timer still counted as running.
+        if not h.done then
+            if h.tick() then break end
+            ngx.sleep(w.check_ms / 1000)
+        end
     end
     w.running = false
 end
