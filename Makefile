@@ -101,7 +101,7 @@ deps-%:
 # Every suite CI runs (tools/test-all.sh): the specs under Lua 5.4 against
 # an ASan+UBSan build, the core's specs under valgrind, the C at 32 bits, a
 # short fuzz run, lint, the specs under the other interpreters
-# (test-matrix), and against every server build (test-servers); 7 to 10
+# (test-matrix), and against every server build (test-servers); about 10
 # minutes on 2 cores. Ends with "N passed, M failed".
 test: deps build build-jit
 	@sh tools/test-all.sh
