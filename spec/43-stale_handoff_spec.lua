@@ -40,7 +40,9 @@ describe("a waiter paused past the ttl of the lock handed to it", function()
     it("stopped while it blocks: its lock counts the pause, or it waits again", function()
         local key = helper.key("stale")
         local redlock = helper.redlock()
-        local h_client = redlock.new { servers = { server:url() }, ttl = 300, fair = true }
+        -- (the holder's lock lasts until the waiter blocks, however slow the
+        -- machine: released below)
+        local h_client = redlock.new { servers = { server:url() }, ttl = 20000, fair = true }
         local h = assert(h_client:acquire(key))
         local w = helper.spawn("spec/workers/lock_worker.lua", "wait", server:url(), key, 10, 8000, "notify", 0,
             300)
