@@ -93,8 +93,6 @@ static void release_one(pair *p) {
 int main(int argc, char **argv) {
     pair pairs[MAX_PAIRS];
     int npairs = 0, lfd, target, new_held = 0, hold_new, i;
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
     time_t end;
     struct sigaction act;
     if (argc != 4) {
@@ -112,17 +110,9 @@ int main(int argc, char **argv) {
     act.sa_handler = on_hup;
     sigaction(SIGHUP, &act, NULL);
     signal(SIGPIPE, SIG_IGN);
-    lfd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 16) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&sa, &len) != 0) {
-        perror("hold_proxy: listen");
+    lfd = listen_any("hold_proxy: listen");
+    if (lfd < 0)
         return 1;
-    }
-    printf("port %d\n", ntohs(sa.sin_port));
-    fflush(stdout);
     while (time(NULL) < end) {
         struct pollfd pfd[1 + 2 * MAX_PAIRS];
         int n = 0;
