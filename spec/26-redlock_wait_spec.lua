@@ -410,10 +410,7 @@ describe("Redlock over 3 servers: notified waiting", function()
     local function grow_old(key, token)
         for i = 1, N do
             local since = tonumber(data[i]:command("ZSCORE", notify.waiters_key(key), token))
-            assert.is_true(helper.eventually(5000, function()
-                local t = data[i]:command("TIME")
-                return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > tonumber(notify.BARGE_MS) * 1000
-            end))
+            assert.is_true(helper.server_clock_past(data[i], tonumber(notify.BARGE_MS) * 1000, since))
         end
     end
 
@@ -553,12 +550,7 @@ describe("Redlock over 3 servers: notified waiting", function()
         -- until every server's clock is twice the bound past now
         local function pass_bound()
             for i = 1, N do
-                local t = data[i]:command("TIME")
-                local from = tonumber(t[1]) * 1e6 + tonumber(t[2])
-                assert.is_true(helper.eventually(5000, function()
-                    local u = data[i]:command("TIME")
-                    return tonumber(u[1]) * 1e6 + tonumber(u[2]) - from > 2 * tonumber(notify.BARGE_MS) * 1000
-                end))
+                assert.is_true(helper.server_clock_past(data[i], 2 * tonumber(notify.BARGE_MS) * 1000))
             end
         end
         for i = 1, N do data[i]:command("SET", key, "holder", "PX", "60000") end

@@ -58,10 +58,7 @@ describe("contended policy: a waiter queued before a clock step back", function(
             assert.equal(0, r[1])
             local since = tonumber(data:command("ZSCORE", notify.waiters_key(key), w))
             -- the waiter has waited past the bound (real time, and the server's)
-            assert.is_true(helper.eventually(5000, function()
-                local t = data:command("TIME")
-                return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > tonumber(notify.BARGE_MS) * 1000
-            end))
+            assert.is_true(helper.server_clock_past(data, tonumber(notify.BARGE_MS) * 1000, since))
             -- then the server's clock steps back a minute
             set_offset(server.offset, -60)
             assert.is_true(lock:release())
@@ -121,22 +118,14 @@ describe("Redlock waiters whose places differ between servers", function()
     -- until server i's clock is the bound past token's place
     local function grow_old(i, key, token)
         local since = tonumber(data[i]:command("ZSCORE", notify.waiters_key(key), token))
-        assert.is_true(helper.eventually(5000, function()
-            local t = data[i]:command("TIME")
-            return tonumber(t[1]) * 1e6 + tonumber(t[2]) - since > 2 * tonumber(notify.BARGE_MS) * 1000
-        end))
+        assert.is_true(helper.server_clock_past(data[i], 2 * tonumber(notify.BARGE_MS) * 1000, since))
     end
 
     -- until every server's clock is the bound past now (the waiters' rounds
     -- come a recheck or a wake-up apart, more than the bound)
     local function pass_bound()
         for i = 1, N do
-            local t = data[i]:command("TIME")
-            local from = tonumber(t[1]) * 1e6 + tonumber(t[2])
-            assert.is_true(helper.eventually(5000, function()
-                local u = data[i]:command("TIME")
-                return tonumber(u[1]) * 1e6 + tonumber(u[2]) - from > 2 * tonumber(notify.BARGE_MS) * 1000
-            end))
+            assert.is_true(helper.server_clock_past(data[i], 2 * tonumber(notify.BARGE_MS) * 1000))
         end
     end
 

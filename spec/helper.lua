@@ -736,6 +736,19 @@ function _M.move_slot(cluster, slot, src, dst, pause_ms)
     end
 end
 
+--- A server's clock (TIME, over conn), in microseconds.
+function _M.server_us(conn)
+    local t = conn:command("TIME")
+    return tonumber(t[1]) * 1e6 + tonumber(t[2])
+end
+
+--- Whether conn's server clock gets more than us microseconds past since
+-- (microseconds on that clock; default: its now) within 5 s.
+function _M.server_clock_past(conn, us, since)
+    since = since or _M.server_us(conn)
+    return _M.eventually(5000, function() return _M.server_us(conn) - since > us end)
+end
+
 --- The node of a cluster (from start_cluster) that serves key now.
 function _M.cluster_owner(cluster, key)
     local slot = tonumber(cluster.nodes[1]:cli("CLUSTER", "KEYSLOT", key))
